@@ -1,0 +1,37 @@
+# Distributed Training from Scratch: the two commands a newcomer types are `make demo` and `make test`.
+# Both create .venv if it is missing and install from constraints.txt (exact pins) once; a stamp
+# file makes later runs skip the install until pyproject.toml or constraints.txt change.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: help install demo train tutor test grade clean
+
+help:
+	@echo "make demo    install (once) and run the main job: train MiniGPT, then ask the tutor"
+	@echo "make test    install (once) and run the graded test suite (reference implementation)"
+	@echo "make grade   score your own exercises: the same suite with --impl=exercises"
+	@echo "make clean   remove .venv and out/"
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,notebooks]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m minigpt.train
+	$(PY) -m minigpt.tutor "nosotros habla español" "yesterday she cook the soups" \
+		"la niños comen las manzanas" "I buys an apple"
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+grade: $(STAMP)
+	$(PY) -m pytest --impl=exercises
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,518 @@
+"""The grammar-tutor corpus: a tiny Spanish + English grammar, generated, never downloaded.
+
+The task
+--------
+Every example is a short sentence that (usually) contains one grammar error, followed by the
+corrected sentence::
+
+    <bos> nosotros habla español <sep> nosotros hablamos español <eos>
+    <bos> yesterday she cooks the soup <sep> yesterday she cooked the soup <eos>
+    <bos> compro la libros <sep> ...          (not generated: every sentence has a subject)
+
+Sentences have the shape ``[time adverb] subject verb object``. Three kinds of error are made:
+
+* **verb agreement**: the verb is conjugated for the wrong person (``nosotros habla``);
+* **tense**: the verb is in the wrong tense for the time adverb (``ayer ellos comen`` -> ``comieron``);
+  Spanish uses the present and the preterite, English the present and the simple past;
+* **article-noun agreement**: the determiner has the wrong gender or number for its noun
+  (``la perros`` -> ``los perros``, ``a apple`` -> ``an apple``, ``this books`` -> ``these books``).
+
+One in ten inputs is already correct and must be copied unchanged, so a tutor does not learn that
+"something is always wrong". The correction is always unique: the subject, the nouns and the time
+adverb are trusted, and only the verb or the determiner is corrected. A sentence without a time
+adverb keeps the tense of the verb it was given, so there the error is one of person only (and a
+verb form that would make the tense ambiguous, like ``hablamos``, is never used as the error).
+
+Vocabulary
+----------
+Word level: every form of every word in the tables below, plus four special tokens
+(``<pad>``, ``<bos>``, ``<sep>``, ``<eos>``): **609 tokens in all** (605 words). Lookup is
+case-insensitive (``Español`` -> ``español``, ``i`` -> ``I``). ``tests/test_grammar.py`` checks
+the count.
+
+Splits
+------
+A pool of distinct correct sentences is sampled with a seeded generator and each sentence is put
+in train, validation or test by a hash of its text, so the three splits never share a sentence
+(neither the correction nor, since the correction is unique, the erroneous input).
+
+Batches
+-------
+Every sequence is ``block_size`` tokens long (default 32). The loss counts only the correction:
+the tokens after ``<sep>`` and the closing ``<eos>``. :func:`get_batch` is stateless: the global
+batch of a step is a function of (split, step, batch size, seed), and rank ``r`` of ``N``
+data-parallel workers takes rows ``r*B/N .. (r+1)*B/N - 1`` of it (:func:`rank_slice`). Every lab
+builds on that: N ranks together see exactly the batch one process sees.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+PAD, BOS, SEP, EOS = "<pad>", "<bos>", "<sep>", "<eos>"
+SPECIALS = (PAD, BOS, SEP, EOS)
+PAD_ID, BOS_ID, SEP_ID, EOS_ID = 0, 1, 2, 3
+
+# ----------------------------------------------------------------------------------------------
+# Spanish tables
+# Persons are indexed 0..5: yo, tú, él/ella/usted, nosotros, vosotros, ellos/ellas/ustedes.
+
+ES_PRONOUNS = {
+    "yo": 0, "tú": 1, "él": 2, "ella": 2, "usted": 2,
+    "nosotros": 3, "nosotras": 3, "vosotros": 4, "vosotras": 4,
+    "ellos": 5, "ellas": 5, "ustedes": 5,
+}
+ES_ENDINGS = {  # (present, preterite) endings for the six persons of a regular verb
+    "ar": (("o", "as", "a", "amos", "áis", "an"), ("é", "aste", "ó", "amos", "asteis", "aron")),
+    "er": (("o", "es", "e", "emos", "éis", "en"), ("í", "iste", "ió", "imos", "isteis", "ieron")),
+    "ir": (("o", "es", "e", "imos", "ís", "en"), ("í", "iste", "ió", "imos", "isteis", "ieron")),
+}
+ES_ADVERBS = {"normalmente": "present", "siempre": "present", "ahora": "present",
+              "ayer": "past", "anoche": "past"}
+# Nouns: category -> [(singular, plural, gender)]
+ES_NOUNS = {
+    "food": [("manzana", "manzanas", "f"), ("pastel", "pasteles", "m"), ("sopa", "sopas", "f"),
+             ("tomate", "tomates", "m"), ("galleta", "galletas", "f"), ("pescado", "pescados", "m"),
+             ("naranja", "naranjas", "f"), ("huevo", "huevos", "m")],
+    "drink": [("café", "cafés", "m"), ("jugo", "jugos", "m"), ("limonada", "limonadas", "f"),
+              ("té", "tés", "m"), ("cerveza", "cervezas", "f")],
+    "text": [("libro", "libros", "m"), ("carta", "cartas", "f"), ("revista", "revistas", "f"),
+             ("periódico", "periódicos", "m"), ("mensaje", "mensajes", "m"),
+             ("novela", "novelas", "f"), ("poema", "poemas", "m")],
+    "music": [("canción", "canciones", "f"), ("tango", "tangos", "m"), ("himno", "himnos", "m")],
+    "thing": [("puerta", "puertas", "f"), ("ventana", "ventanas", "f"), ("caja", "cajas", "f"),
+              ("coche", "coches", "m"), ("bicicleta", "bicicletas", "f"), ("mesa", "mesas", "f"),
+              ("plato", "platos", "m"), ("camisa", "camisas", "f"), ("vaso", "vasos", "m")],
+    "place": [("ciudad", "ciudades", "f"), ("museo", "museos", "m"), ("parque", "parques", "m"),
+              ("playa", "playas", "f"), ("país", "países", "m")],
+    "person": [("perro", "perros", "m"), ("gata", "gatas", "f"), ("niño", "niños", "m"),
+               ("niña", "niñas", "f"), ("profesor", "profesores", "m"),
+               ("profesora", "profesoras", "f"), ("vecino", "vecinos", "m"),
+               ("vecina", "vecinas", "f"), ("hermano", "hermanos", "m"),
+               ("hermana", "hermanas", "f")],
+}
+ES_LANGUAGES = ["español", "inglés", "francés", "alemán", "italiano", "portugués"]
+ES_ARTICLES = {  # (definite, gender, plural) -> article
+    (True, "m", False): "el", (True, "f", False): "la", (True, "m", True): "los",
+    (True, "f", True): "las", (False, "m", False): "un", (False, "f", False): "una",
+    (False, "m", True): "unos", (False, "f", True): "unas",
+}
+# Verb infinitive -> the object categories it takes ("language" means a bare language name).
+ES_VERBS = {
+    "hablar": ["language"], "estudiar": ["language", "text"], "cantar": ["music"],
+    "escuchar": ["music"], "comprar": ["food", "drink", "thing", "text"],
+    "cocinar": ["food"], "preparar": ["food", "drink"], "tomar": ["drink"],
+    "mirar": ["thing", "place"], "visitar": ["place"], "lavar": ["thing"], "usar": ["thing"],
+    "pintar": ["thing"], "limpiar": ["thing", "place"], "llevar": ["thing", "food"],
+    "comer": ["food"], "beber": ["drink"], "aprender": ["language"],
+    "vender": ["food", "thing", "text"], "romper": ["thing"], "comprender": ["text", "language"],
+    "escribir": ["text"], "abrir": ["thing", "text"], "compartir": ["food", "drink"],
+    "recibir": ["text"], "describir": ["place", "thing"],
+}
+
+# ----------------------------------------------------------------------------------------------
+# English tables. Persons as above; "you" is 1 and also plural 4, "it" is not used.
+
+EN_PRONOUNS = {"I": 0, "you": 1, "he": 2, "she": 2, "we": 3, "they": 5}
+EN_ADVERBS = {"every day": "present", "usually": "present", "often": "present",
+              "yesterday": "past", "last night": "past", "last week": "past"}
+EN_NOUNS = {  # category -> [(singular, plural)]
+    "food": [("apple", "apples"), ("cake", "cakes"), ("soup", "soups"), ("orange", "oranges"),
+             ("egg", "eggs"), ("sandwich", "sandwiches"), ("banana", "bananas"),
+             ("cookie", "cookies"), ("tomato", "tomatoes")],
+    "drink": [("coffee", "coffees"), ("juice", "juices"), ("tea", "teas"),
+              ("lemonade", "lemonades")],
+    "text": [("book", "books"), ("letter", "letters"), ("email", "emails"),
+             ("article", "articles"), ("novel", "novels"), ("poem", "poems"),
+             ("message", "messages")],
+    "music": [("song", "songs"), ("album", "albums"), ("anthem", "anthems")],
+    "thing": [("door", "doors"), ("window", "windows"), ("box", "boxes"), ("car", "cars"),
+              ("bike", "bikes"), ("table", "tables"), ("plate", "plates"),
+              ("shirt", "shirts"), ("umbrella", "umbrellas"), ("glass", "glasses")],
+    "place": [("city", "cities"), ("museum", "museums"), ("park", "parks"),
+              ("beach", "beaches"), ("office", "offices")],
+    "person": [("dog", "dogs"), ("cat", "cats"), ("teacher", "teachers"),
+               ("student", "students"), ("neighbor", "neighbors"), ("sister", "sisters"),
+               ("brother", "brothers"), ("friend", "friends"), ("artist", "artists"),
+               ("uncle", "uncles")],
+}
+EN_LANGUAGES = ["English", "Spanish", "French", "German", "Italian", "Portuguese"]
+# Verb -> ((base, third person singular, past), object categories). None has past == base.
+EN_VERBS = {
+    "speak": (("speak", "speaks", "spoke"), ["language"]),
+    "learn": (("learn", "learns", "learned"), ["language"]),
+    "study": (("study", "studies", "studied"), ["language", "text"]),
+    "sing": (("sing", "sings", "sang"), ["music"]),
+    "hear": (("hear", "hears", "heard"), ["music"]),
+    "buy": (("buy", "buys", "bought"), ["food", "drink", "thing", "text"]),
+    "cook": (("cook", "cooks", "cooked"), ["food"]),
+    "make": (("make", "makes", "made"), ["food", "drink"]),
+    "drink": (("drink", "drinks", "drank"), ["drink"]),
+    "visit": (("visit", "visits", "visited"), ["place"]),
+    "wash": (("wash", "washes", "washed"), ["thing"]),
+    "paint": (("paint", "paints", "painted"), ["thing"]),
+    "clean": (("clean", "cleans", "cleaned"), ["thing", "place"]),
+    "carry": (("carry", "carries", "carried"), ["thing", "food"]),
+    "eat": (("eat", "eats", "ate"), ["food"]),
+    "sell": (("sell", "sells", "sold"), ["food", "thing", "text"]),
+    "break": (("break", "breaks", "broke"), ["thing"]),
+    "write": (("write", "writes", "wrote"), ["text"]),
+    "open": (("open", "opens", "opened"), ["thing", "text"]),
+    "share": (("share", "shares", "shared"), ["food", "drink"]),
+    "send": (("send", "sends", "sent"), ["text"]),
+    "describe": (("describe", "describes", "described"), ["place", "thing"]),
+}
+EN_VOWEL_SOUND = set("aeiou")  # every noun above is pronounced as it is spelled: no "hour"
+
+
+def es_conjugate(infinitive: str, tense: str, person: int) -> str:
+    """Regular Spanish conjugation: ``es_conjugate("hablar", "present", 3) == "hablamos"``."""
+    stem, group = infinitive[:-2], infinitive[-2:]
+    present, preterite = ES_ENDINGS[group]
+    return stem + (present if tense == "present" else preterite)[person]
+
+
+def en_conjugate(verb: str, tense: str, person: int) -> str:
+    """English: the past has one form; the present adds -s for he/she/it (person 2)."""
+    base, third, past = EN_VERBS[verb][0]
+    if tense == "past":
+        return past
+    return third if person == 2 else base
+
+
+def en_determiner_ok(det: str, noun: str, plural: bool) -> bool:
+    if det in ("the", "my"):
+        return True
+    if det in ("a", "an"):
+        return not plural and (det == "an") == (noun[0] in EN_VOWEL_SOUND)
+    if det in ("this", "that"):
+        return not plural
+    return plural  # these, those
+
+
+# ----------------------------------------------------------------------------------------------
+# The vocabulary
+
+
+@lru_cache(maxsize=None)
+def vocabulary() -> tuple[str, ...]:
+    """All tokens: the four specials first (ids 0-3), then every word form, sorted."""
+    words: set[str] = set(ES_PRONOUNS) | set(ES_LANGUAGES) | set(ES_ARTICLES.values())
+    for phrase in ES_ADVERBS:
+        words.update(phrase.split())
+    for nouns in ES_NOUNS.values():
+        for singular, plural, _ in nouns:
+            words.update((singular, plural))
+    for infinitive in ES_VERBS:
+        for tense in ("present", "past"):
+            words.update(es_conjugate(infinitive, tense, p) for p in range(6))
+    words |= set(EN_PRONOUNS) | set(EN_LANGUAGES)
+    words |= {"the", "my", "a", "an", "this", "that", "these", "those"}
+    for phrase in EN_ADVERBS:
+        words.update(phrase.split())
+    for nouns in EN_NOUNS.values():
+        for singular, plural in nouns:
+            words.update((singular, plural))
+    for forms, _ in EN_VERBS.values():
+        words.update(forms)
+    return SPECIALS + tuple(sorted(words))
+
+
+@lru_cache(maxsize=None)
+def _token_ids() -> dict[str, int]:
+    ids = {}
+    for i, word in enumerate(vocabulary()):
+        ids.setdefault(word.lower(), i)
+        ids[word] = i
+    return ids
+
+
+VOCAB_SIZE = len(vocabulary())
+
+
+class UnknownWordError(ValueError):
+    """A word the tutor has never seen; the message names it."""
+
+
+def encode(sentence: str) -> list[int]:
+    """Word ids of a sentence (case-insensitive; surrounding punctuation is ignored)."""
+    ids = _token_ids()
+    out = []
+    for raw in sentence.split():
+        word = raw.strip(".,;:!?¡¿\"'")
+        if not word:
+            continue
+        if word in ids:
+            out.append(ids[word])
+        elif word.lower() in ids:
+            out.append(ids[word.lower()])
+        else:
+            close = difflib.get_close_matches(word.lower(), list(ids), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise UnknownWordError(f"unknown word {word!r}: the tutor knows {VOCAB_SIZE - 4} "
+                                   f"word forms (minigpt.grammar.vocabulary()){hint}")
+    return out
+
+
+def decode(ids) -> str:
+    """The inverse of :func:`encode`: ids back to space-separated words (specials included)."""
+    vocab = vocabulary()
+    return " ".join(vocab[int(i)] for i in ids)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sentence generation
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tutoring example: the sentence shown to the tutor and its correction."""
+
+    wrong: str
+    right: str
+    kind: str  # "verb", "tense", "article" or "none"
+    lang: str  # "es" or "en"
+
+
+@dataclass
+class _Sentence:
+    """A correct sentence and the places where an error can be made in it."""
+
+    words: list[str]
+    lang: str
+    verb_at: int  # index of the verb
+    tense: str  # the tense the verb must have
+    verb_forms: dict[str, str]  # every form of this verb -> "verb" (same tense) or "tense"
+    wrong_verbs: list[str]  # forms that make a correctable error here
+    article_slots: list[tuple[int, list[str]]]  # (index of a determiner, wrong alternatives)
+
+
+def _es_noun_phrase(rng: random.Random, category: str) -> tuple[list[str], bool]:
+    singular, plural, gender = rng.choice(ES_NOUNS[category])
+    is_plural = rng.random() < 0.5
+    article = ES_ARTICLES[(rng.random() < 0.6, gender, is_plural)]
+    return [article, plural if is_plural else singular], is_plural
+
+
+def _en_noun_phrase(rng: random.Random, category: str) -> tuple[list[str], bool]:
+    singular, plural = rng.choice(EN_NOUNS[category])
+    is_plural = rng.random() < 0.5
+    noun = plural if is_plural else singular
+    choices = [d for d in ("the", "my", "a", "an", "this", "that", "these", "those")
+               if en_determiner_ok(d, noun, is_plural)]
+    weights = [3 if d == "the" else 1 for d in choices]
+    return [rng.choices(choices, weights)[0], noun], is_plural
+
+
+def _spanish_sentence(rng: random.Random) -> _Sentence:
+    adverb = rng.choice(list(ES_ADVERBS) + [None])
+    tense = ES_ADVERBS[adverb] if adverb else rng.choice(["present", "past"])
+    if rng.random() < 0.35:
+        subject, plural = _es_noun_phrase(rng, "person")
+        person = 5 if plural else 2
+    else:
+        pronoun = rng.choice(list(ES_PRONOUNS))
+        subject, person = [pronoun], ES_PRONOUNS[pronoun]
+    infinitive = rng.choice(list(ES_VERBS))
+    category = rng.choice(ES_VERBS[infinitive])
+    obj = ([rng.choice(ES_LANGUAGES)] if category == "language"
+           else _es_noun_phrase(rng, category)[0])
+    head = [adverb] if adverb else []
+    words = head + subject + [es_conjugate(infinitive, tense, person)] + obj
+    verb_at = len(head) + len(subject)
+    other = "past" if tense == "present" else "present"
+    same = {es_conjugate(infinitive, tense, p) for p in range(6)}
+    others = {es_conjugate(infinitive, other, p) for p in range(6)}
+    # With an adverb the tense is known, so any other form is a correctable error; without one
+    # the form must show its tense unambiguously (never "hablamos", present and preterite alike).
+    wrong = (same | others) if adverb else (same - others)
+    slots = []
+    for at, phrase in ((len(head), subject), (verb_at + 1, obj)):
+        if len(phrase) == 2:
+            definite = phrase[0] in ("el", "la", "los", "las")
+            alternatives = {a for (d, _, _), a in ES_ARTICLES.items() if d == definite}
+            slots.append((at, sorted(alternatives - {phrase[0]})))
+    forms = {f: "tense" for f in others} | {f: "verb" for f in same}
+    return _Sentence(words, "es", verb_at, tense, forms, sorted(wrong - {words[verb_at]}), slots)
+
+
+EN_DETERMINER_SWAP = {"a": "an", "an": "a", "this": "these", "these": "this",
+                      "that": "those", "those": "that"}
+
+
+def _english_sentence(rng: random.Random) -> _Sentence:
+    adverb = rng.choice(list(EN_ADVERBS) + [None])
+    tense = EN_ADVERBS[adverb] if adverb else rng.choice(["present", "past"])
+    if rng.random() < 0.35:
+        subject, plural = _en_noun_phrase(rng, "person")
+        person = 5 if plural else 2
+    else:
+        pronoun = rng.choice(list(EN_PRONOUNS))
+        subject, person = [pronoun], EN_PRONOUNS[pronoun]
+    verb = rng.choice(list(EN_VERBS))
+    (base, third, past), categories = EN_VERBS[verb]
+    category = rng.choice(categories)
+    obj = ([rng.choice(EN_LANGUAGES)] if category == "language"
+           else _en_noun_phrase(rng, category)[0])
+    head = adverb.split() if adverb else []
+    words = head + subject + [en_conjugate(verb, tense, person)] + obj
+    verb_at = len(head) + len(subject)
+    if adverb:
+        wrong = {base, third, past}
+    elif tense == "present":  # no adverb: only a person error is correctable
+        wrong = {base, third}
+    else:  # the English past has a single form: nothing to get wrong without an adverb
+        wrong = set()
+    slots = []
+    for at, phrase in ((len(head), subject), (verb_at + 1, obj)):
+        if len(phrase) == 2 and phrase[0] in EN_DETERMINER_SWAP:
+            slots.append((at, [EN_DETERMINER_SWAP[phrase[0]]]))
+    same = {base, third} if tense == "present" else {past}
+    forms = {f: ("verb" if f in same else "tense") for f in (base, third, past)}
+    return _Sentence(words, "en", verb_at, tense, forms, sorted(wrong - {words[verb_at]}), slots)
+
+
+def make_example(rng: random.Random, lang: str, p_correct: float = 0.1) -> Example:
+    """One example: draw a correct sentence, then break one word of it (or, rarely, none)."""
+    sentence = _spanish_sentence(rng) if lang == "es" else _english_sentence(rng)
+    right = " ".join(sentence.words)
+    kinds = (["verb"] if sentence.wrong_verbs else []) + (["article"] if sentence.article_slots else [])
+    if rng.random() < p_correct or not kinds:
+        return Example(right, right, "none", lang)
+    wrong = list(sentence.words)
+    if rng.choice(kinds) == "verb":
+        wrong[sentence.verb_at] = rng.choice(sentence.wrong_verbs)
+        kind = sentence.verb_forms[wrong[sentence.verb_at]]
+    else:
+        at, alternatives = rng.choice(sentence.article_slots)
+        wrong[at] = rng.choice(alternatives)
+        kind = "article"
+    return Example(" ".join(wrong), right, kind, lang)
+
+
+# ----------------------------------------------------------------------------------------------
+# The corpus and its splits
+
+SPLITS = ("train", "val", "test")
+
+
+def split_of(sentence: str) -> str:
+    """The split a correct sentence belongs to: fixed by a hash of its text (3% val, 3% test)."""
+    bucket = int(hashlib.sha1(sentence.encode()).hexdigest(), 16) % 100
+    return "val" if bucket < 3 else "test" if bucket < 6 else "train"
+
+
+@lru_cache(maxsize=4)
+def build_corpus(seed: int = 0, pool: int = 40_000) -> dict[str, tuple[Example, ...]]:
+    """``pool`` examples with distinct corrections, half Spanish and half English, split."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    splits: dict[str, list[Example]] = {name: [] for name in SPLITS}
+    while len(seen) < pool:
+        example = make_example(rng, "es" if len(seen) % 2 == 0 else "en")
+        if example.right in seen:
+            continue
+        seen.add(example.right)
+        splits[split_of(example.right)].append(example)
+    return {name: tuple(examples) for name, examples in splits.items()}
+
+
+@lru_cache(maxsize=16)
+def tokenized(split: str, block_size: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Every example of a split as fixed-length rows of ``block_size + 1`` token ids, plus the
+    position of each row's ``<sep>``. Row layout: ``<bos> wrong <sep> right <eos> <pad>...``."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    examples = build_corpus(seed)[split]
+    rows = np.full((len(examples), block_size + 1), PAD_ID, dtype=np.int64)
+    sep_at = np.zeros(len(examples), dtype=np.int64)
+    for i, ex in enumerate(examples):
+        ids = [BOS_ID, *encode(ex.wrong), SEP_ID, *encode(ex.right), EOS_ID]
+        if len(ids) > block_size + 1:
+            raise ValueError(f"block_size {block_size} is too short for {ex.wrong!r} "
+                             f"({len(ids)} tokens); use at least {len(ids) - 1}")
+        rows[i, :len(ids)] = ids
+        sep_at[i] = len(ex.wrong.split()) + 1
+    return rows, sep_at
+
+
+def rank_slice(batch_size: int, rank: int, world_size: int) -> slice:
+    """The rows of a global batch that data-parallel rank ``rank`` of ``world_size`` trains on:
+    ``rank*B/N .. (rank+1)*B/N - 1``. The slices are disjoint and cover the batch."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
+    if batch_size % world_size:
+        raise ValueError(f"the global batch size {batch_size} is not divisible by the world "
+                         f"size {world_size}; use a multiple of {world_size}")
+    per_rank = batch_size // world_size
+    return slice(rank * per_rank, (rank + 1) * per_rank)
+
+
+@lru_cache(maxsize=8)
+def _epoch_order(n: int, epoch: int, seed: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def batch_rows(split: str, step: int, batch_size: int, seed: int = 0, block_size: int = 32) -> np.ndarray:
+    """Indices into the split of the global batch of ``step``: a seeded reshuffle every epoch,
+    a pure function of its arguments (so a resumed run sees exactly the same batches)."""
+    n = len(tokenized(split, block_size)[0])
+    start = step * batch_size
+    positions = np.arange(start, start + batch_size)
+    return np.array([_epoch_order(n, int(p // n), seed)[p % n] for p in positions])
+
+
+def get_batch(split: str, step: int, batch_size: int, rank: int = 0, world_size: int = 1,
+              seed: int = 0, block_size: int = 32):
+    """This rank's slice of the global batch of ``step``: ``(x, y, loss_mask)``, each of shape
+    ``(batch_size / world_size, block_size)``. ``y`` is ``x`` shifted by one; ``loss_mask`` is
+    True exactly where ``y`` is a word of the correction or the final ``<eos>``."""
+    rows_all, sep_all = tokenized(split, block_size)
+    chosen = batch_rows(split, step, batch_size, seed, block_size)[rank_slice(batch_size, rank, world_size)]
+    rows, sep_at = torch.from_numpy(rows_all[chosen]), torch.from_numpy(sep_all[chosen])
+    x, y = rows[:, :-1], rows[:, 1:]
+    t = torch.arange(block_size)
+    loss_mask = (t[None, :] >= sep_at[:, None]) & (y != PAD_ID)
+    return x.contiguous(), y.contiguous(), loss_mask
+
+
+# ----------------------------------------------------------------------------------------------
+# The scorer
+
+
+@torch.no_grad()
+def score(model, split: str = "test", max_sentences: int | None = None, batch_size: int = 500,
+          block_size: int = 32) -> dict:
+    """Exact-match correction accuracy (greedy decoding) and the masked loss on a split.
+
+    ``model`` is a :class:`minigpt.model.MiniGPT` (or anything with its ``forward`` and
+    ``generate``). Returns ``{"loss", "accuracy", "correct", "total"}``.
+    """
+    rows_all, sep_all = tokenized(split, block_size)
+    n = len(rows_all) if max_sentences is None else min(max_sentences, len(rows_all))
+    was_training = model.training
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    for start in range(0, n, batch_size):
+        rows = torch.from_numpy(rows_all[start:start + batch_size][: n - start])
+        sep_at = torch.from_numpy(sep_all[start:start + batch_size][: n - start])
+        x, y = rows[:, :-1], rows[:, 1:]
+        mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
+        _, loss = model(x, y, mask)
+        loss_sum += float(loss) * len(rows)
+        prompts = [row[: s + 1].tolist() for row, s in zip(rows, sep_at.tolist())]
+        outputs = model.generate(prompts, eos_id=EOS_ID)
+        for row, s, out in zip(rows.tolist(), sep_at.tolist(), outputs):
+            target = row[s + 1: row.index(EOS_ID, s) + 1]
+            correct += out == target
+    model.train(was_training)
+    return {"loss": loss_sum / n, "accuracy": correct / n, "correct": correct, "total": n}

@@ -1,0 +1,316 @@
+"""The single-process reference trainer: ``python -m minigpt.train``.
+
+Every distributed run in the course is held against this loop. It is deterministic: the seed
+fixes the initial weights, and the batches are a pure function of the step
+(:func:`minigpt.grammar.get_batch`), so two runs with the same flags give bit-identical
+parameters, and a run stopped and resumed from its checkpoint continues exactly as if it had
+never stopped.
+
+One optimizer step:
+
+1. the global batch of ``batch_size`` sentences is cut into ``accum`` micro-batches;
+2. each micro-batch's loss is divided by ``accum`` and back-propagated (gradients add up);
+3. the gradient norm is clipped, the learning rate for this step is set (linear warm-up, then
+   cosine decay to ``min_lr``), and the optimizer steps.
+
+Because the loss of a batch is the mean of the losses of equal slices of it, the accumulated
+gradient equals the gradient of the whole batch (up to rounding): accumulation, like data
+parallelism, changes how the work is cut, not what is computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minigpt import grammar
+from minigpt.model import GPTConfig, MiniGPT
+
+DEFAULT_CHECKPOINT = "out/minigpt.pt"
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 450
+    batch_size: int = 64
+    accum: int = 1
+    optimizer: str = "adamw"  # "adamw" or "sgd"
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup: int = 40
+    weight_decay: float = 0.01
+    momentum: float = 0.9  # SGD only
+    grad_clip: float = 1.0  # 0 turns clipping off
+    eval_every: int = 150  # 0 evaluates only at the end
+    eval_sentences: int = 300  # sentences per intermediate evaluation (the final one uses all)
+    seed: int = 0
+    dtype: str = "float32"  # "float32" or "float64"
+    # the model
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 96
+    block_size: int = 32
+    dropout: float = 0.0
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=grammar.VOCAB_SIZE, block_size=self.block_size,
+                         n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                         dropout=self.dropout)
+
+
+OPTIMIZERS = ("adamw", "sgd")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ValueError naming the first value that cannot work, and what would."""
+    positive = ["steps", "batch_size", "accum", "n_layer", "n_head", "n_embd", "block_size"]
+    for name in positive:
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(cfg, name)}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {cfg.dtype!r}; choose one of {', '.join(DTYPES)}")
+    if cfg.batch_size % cfg.accum:
+        raise ValueError(f"--batch-size {cfg.batch_size} is not divisible by --accum {cfg.accum}; "
+                         f"the batch is cut into {cfg.accum} equal micro-batches")
+    if not cfg.lr > 0 or not 0 <= cfg.min_lr <= cfg.lr:
+        raise ValueError(f"need --lr > 0 and 0 <= --min-lr <= --lr, got lr={cfg.lr}, min_lr={cfg.min_lr}")
+    if not 0 <= cfg.warmup < cfg.steps:
+        raise ValueError(f"--warmup must be in 0..{cfg.steps - 1} (less than --steps), got {cfg.warmup}")
+    for name in ("weight_decay", "grad_clip", "eval_every", "eval_sentences", "dropout"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    if not 0 <= cfg.momentum < 1:
+        raise ValueError(f"--momentum must be in [0, 1), got {cfg.momentum}")
+    if cfg.n_embd % cfg.n_head:
+        raise ValueError(f"--n-embd {cfg.n_embd} is not divisible by --n-head {cfg.n_head}")
+    if cfg.block_size < 18:
+        raise ValueError(f"--block-size {cfg.block_size} is too short: the longest example needs 18 tokens")
+
+
+def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warm-up over ``warmup`` steps
+    from max_lr/warmup to max_lr, then a half cosine from max_lr down to min_lr at ``total``."""
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (max_lr - min_lr)
+
+
+def build_model(cfg: TrainConfig) -> MiniGPT:
+    """The model of this config, initialised from ``cfg.seed`` (the same on every call)."""
+    torch.manual_seed(cfg.seed)
+    return MiniGPT(cfg.model_config()).to(DTYPES[cfg.dtype])
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not on biases, norms), or SGD with momentum."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+               cfg: TrainConfig, rank: int = 0, world_size: int = 1) -> float:
+    """One optimizer step on this rank's slice of the global batch of ``step``.
+
+    Returns the loss averaged over the micro-batches (this rank's share of the batch loss).
+    With ``world_size == 1`` this is the whole single-process step; the labs call it with
+    their own wrapped model and rank.
+    """
+    x, y, mask = grammar.get_batch("train", step, cfg.batch_size, rank, world_size,
+                                   seed=cfg.seed, block_size=cfg.block_size)
+    micro = len(x) // cfg.accum
+    if micro == 0:
+        raise ValueError(f"this rank's {len(x)} rows cannot be cut into {cfg.accum} micro-batches")
+    total = 0.0
+    for i in range(cfg.accum):
+        rows = slice(i * micro, (i + 1) * micro)
+        _, loss = model(x[rows], y[rows], mask[rows])
+        (loss / cfg.accum).backward()
+        total += loss.item() / cfg.accum
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(path: str | Path, model: MiniGPT, optimizer: torch.optim.Optimizer,
+                    step: int, cfg: TrainConfig) -> None:
+    """Write the checkpoint atomically: a temporary file in the same folder, then a rename, so
+    a crash mid-write never leaves a truncated checkpoint under the real name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "format": "minigpt-checkpoint-1",
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,  # optimizer steps done
+        "train_config": asdict(cfg),
+        "vocabulary": list(grammar.vocabulary()),
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate()},
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint`; ValueError if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no checkpoint at {path}; train one with: python -m minigpt.train --out {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise ValueError(f"{path} is not a readable MiniGPT checkpoint ({exc.__class__.__name__})") from exc
+    if not isinstance(state, dict) or state.get("format") != "minigpt-checkpoint-1":
+        raise ValueError(f"{path} is not a MiniGPT checkpoint")
+    if state["vocabulary"] != list(grammar.vocabulary()):
+        raise ValueError(f"{path} was trained with a different vocabulary than this minigpt.grammar")
+    return state
+
+
+def model_from_checkpoint(state: dict) -> MiniGPT:
+    cfg = TrainConfig(**state["train_config"])
+    model = MiniGPT(cfg.model_config()).to(DTYPES[cfg.dtype])
+    model.load_state_dict(state["model"])
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = TrainConfig()
+    p = argparse.ArgumentParser(prog="python -m minigpt.train", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kwargs = {"type": type(getattr(defaults, f.name)), "default": None,
+                  "help": f"(default {getattr(defaults, f.name)})"}
+        if f.name == "optimizer":
+            kwargs["choices"] = OPTIMIZERS
+        if f.name == "dtype":
+            kwargs["choices"] = tuple(DTYPES)
+        p.add_argument(flag, **kwargs)
+    p.add_argument("--out", help=f"checkpoint written at every evaluation and at the end "
+                   f"(default: {DEFAULT_CHECKPOINT}, or the --resume checkpoint)")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint (its settings are reused)")
+    p.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this many steps (the schedule still spans --steps)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def fail(message: str, prog: str = "minigpt.train") -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None]:
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    if args.resume is None:
+        return TrainConfig(**given), None
+    state = load_checkpoint(args.resume)
+    cfg = TrainConfig(**state["train_config"])
+    for name, value in given.items():
+        if getattr(cfg, name) != value:
+            raise ValueError(f"--{name.replace('_', '-')} {value} differs from the checkpoint's "
+                             f"{getattr(cfg, name)}; a resumed run keeps its settings (start a new run instead)")
+    return cfg, state
+
+
+def evaluate(model: MiniGPT, split: str, max_sentences: int | None, cfg: TrainConfig) -> dict:
+    return grammar.score(model, split, max_sentences=max_sentences, block_size=cfg.block_size)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    try:
+        cfg, state = config_from_args(args)
+        validate(cfg)
+        if args.stop_at is not None and not 0 < args.stop_at <= cfg.steps:
+            raise ValueError(f"--stop-at must be in 1..{cfg.steps} (--steps), got {args.stop_at}")
+        start = 0 if state is None else state["step"]
+        if args.stop_at is not None and args.stop_at <= start:
+            raise ValueError(f"--stop-at {args.stop_at} is not after the checkpoint's step {start}")
+        if state is not None and start >= cfg.steps:
+            raise ValueError(f"{args.resume} has already finished its {cfg.steps} steps")
+    except ValueError as exc:
+        fail(str(exc))
+    from tqdm import tqdm  # after validation: bad input answers at once
+
+    args.out = args.out or args.resume or DEFAULT_CHECKPOINT
+    t0 = time.perf_counter()
+    model = build_model(cfg)
+    optimizer = build_optimizer(model, cfg)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+    end = args.stop_at or cfg.steps
+    print(f"MiniGPT: {model.num_params():,} parameters | vocabulary {grammar.VOCAB_SIZE} | "
+          f"{len(grammar.tokenized('train', cfg.block_size)[0]):,} training sentences | "
+          f"{cfg.optimizer} lr {cfg.lr:g} | steps {start}->{end} of {cfg.steps} | seed {cfg.seed}")
+    model.train()
+    bar = tqdm(range(start, end), desc="train", disable=args.quiet, dynamic_ncols=True, file=sys.stdout)
+    for step in bar:
+        loss = train_step(model, optimizer, step, cfg)
+        bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps):.2e}")
+        done = step + 1
+        if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
+            result = evaluate(model, "val", cfg.eval_sentences, cfg)
+            bar.write(f"step {done:5d} | train loss {loss:.4f} | val loss {result['loss']:.4f} | "
+                      f"val accuracy {result['accuracy']:.1%} ({result['total']} sentences)")
+            save_checkpoint(args.out, model, optimizer, done, cfg)
+    bar.close()
+    save_checkpoint(args.out, model, optimizer, end, cfg)
+    if end < cfg.steps:
+        print(f"stopped at step {end} of {cfg.steps}; continue with: "
+              f"python -m minigpt.train --resume {args.out}")
+        return {"step": end}
+    val = evaluate(model, "val", None, cfg)
+    test = evaluate(model, "test", None, cfg)
+    seconds = time.perf_counter() - t0
+    print(f"final: step {end} | val loss {val['loss']:.4f} | tutor accuracy {test['accuracy']:.1%} "
+          f"({test['correct']}/{test['total']} held-out test sentences, exact match) | "
+          f"{seconds:.1f} s | checkpoint {args.out}")
+    return {"val_loss": val["loss"], "tutor_accuracy": test["accuracy"], "seconds": seconds}
+
+
+if __name__ == "__main__":
+    main()

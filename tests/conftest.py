@@ -1,0 +1,133 @@
+"""The grading harness.
+
+* ``--impl=reference|exercises`` picks whose code the graded tests run (default: reference, or
+  the ``MINIGPT_IMPL`` environment variable). It is exported as ``MINIGPT_IMPL`` so that lab
+  scripts started by a test run the same implementation.
+* A graded test carries ``@pytest.mark.points(n)``; its lab comes from ``@pytest.mark.lab("00")``
+  (usually set once per file with ``pytestmark``). Tests without points check the course's own
+  machinery and are not scored.
+* At the end of every run a score table is printed, one line per lab, e.g.
+  ``Lab 00 · MiniGPT and the baseline · 12/12``, followed by a short reason for each lost point.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pytest
+
+from minigpt import impl as impl_switch
+
+LAB_TITLES = {
+    "00": "MiniGPT and the baseline",
+    "01": "DDP from scratch",
+    "02": "ZeRO simulator",
+    "03": "FSDP prefetch",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--impl", choices=impl_switch.IMPLS,
+                     default=os.environ.get(impl_switch.ENV_VAR) or "reference",
+                     help="whose implementation the graded tests run: the reference in minigpt/ "
+                          "or yours in lab/exercises/ (default: reference)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[impl_switch.ENV_VAR] = config.getoption("--impl")
+    config.addinivalue_line("markers", "points(n): a graded test worth n points")
+    config.addinivalue_line("markers", "lab(id): the lab a graded test belongs to, e.g. '00'")
+    config.stash[_SCORES] = {}
+
+
+@dataclass
+class _Result:
+    lab: str
+    points: int
+    name: str
+    passed: bool = True
+    reason: str = ""
+    seen: set = field(default_factory=set)
+
+
+_SCORES = pytest.StashKey[dict]()
+
+
+def _points_and_lab(item: pytest.Item) -> tuple[int, str] | None:
+    points = item.get_closest_marker("points")
+    if points is None:
+        return None
+    lab = item.get_closest_marker("lab")
+    if lab is None:
+        raise pytest.UsageError(f"{item.nodeid} has points but no @pytest.mark.lab")
+    return int(points.args[0]), str(lab.args[0])
+
+
+def _reason(call: pytest.CallInfo) -> str:
+    exc = call.excinfo
+    if exc is None:
+        return ""
+    if exc.errisinstance(NotImplementedError):
+        return str(exc.value) or "not implemented"
+    text = exc.exconly().strip().splitlines()
+    first = text[0] if text else exc.typename
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    graded = _points_and_lab(item)
+    if graded is None:
+        return
+    scores = item.config.stash[_SCORES]
+    result = scores.setdefault(item.nodeid, _Result(graded[1], graded[0], item.name))
+    result.seen.add(report.when)
+    if report.failed or report.skipped:
+        if result.passed:  # keep the first reason
+            result.reason = "skipped" if report.skipped else _reason(call)
+        result.passed = False
+
+
+@pytest.fixture
+def impl_name(request: pytest.FixtureRequest) -> str:
+    return request.config.getoption("--impl")
+
+
+class _Exercises:
+    """Attribute access to one exercise module's functions, reference or the learner's."""
+
+    def __init__(self, module: str, impl: str):
+        self._module, self._impl = module, impl
+
+    def __getattr__(self, name: str):
+        return impl_switch.load(self._module, name, self._impl)
+
+
+@pytest.fixture
+def lab00(impl_name: str) -> _Exercises:
+    """Lab 00's functions (causal_mask, masked_loss, rank_slice, lr_at) under test."""
+    return _Exercises("lab00_baseline", impl_name)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
+    yield  # the outermost wrapper: the table comes after pytest's own summary, last on screen
+    scores: dict[str, _Result] = config.stash.get(_SCORES, {})
+    if not scores:
+        return
+    impl = config.getoption("--impl")
+    where = "lab/exercises/" if impl == "exercises" else "minigpt/"
+    terminalreporter.write_sep("=", f"score ({impl} implementation, {where})")
+    for lab in sorted({r.lab for r in scores.values()}):
+        results = [r for r in scores.values() if r.lab == lab]
+        # a test that never reached its call phase (setup error) has not passed
+        earned = sum(r.points for r in results if r.passed and "call" in r.seen)
+        total = sum(r.points for r in results)
+        title = LAB_TITLES.get(lab, "")
+        terminalreporter.write_line(f"Lab {lab} · {title} · {earned}/{total}")
+        for r in results:
+            if not (r.passed and "call" in r.seen):
+                terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {r.reason or 'did not run'}")

@@ -1,0 +1,122 @@
+"""The tutor corpus: vocabulary, tokenizer, splits, the uniqueness of corrections, batches."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+import torch
+
+from minigpt import grammar
+
+
+def test_vocabulary_size_is_the_one_the_docstring_states():
+    assert grammar.VOCAB_SIZE == len(grammar.vocabulary()) == 609
+    stated = re.search(r"\*\*(\d+) tokens in all\*\* \((\d+) words\)", grammar.__doc__)
+    assert stated, "the module docstring must state the exact vocabulary size"
+    assert (int(stated.group(1)), int(stated.group(2))) == (grammar.VOCAB_SIZE, grammar.VOCAB_SIZE - 4)
+    assert grammar.vocabulary()[:4] == grammar.SPECIALS
+    assert len(set(grammar.vocabulary())) == grammar.VOCAB_SIZE, "no duplicate tokens"
+    lowered = [w.lower() for w in grammar.vocabulary()]
+    assert len(set(lowered)) == len(lowered), "case-insensitive lookup must be unambiguous"
+
+
+def test_encode_decode_round_trip():
+    words = " ".join(grammar.vocabulary()[4:])
+    assert grammar.decode(grammar.encode(words)) == words
+    corpus = grammar.build_corpus()
+    for example in corpus["test"][:300] + corpus["train"][:300]:
+        for text in (example.wrong, example.right):
+            assert grammar.decode(grammar.encode(text)) == text
+
+
+def test_encode_is_case_insensitive_and_ignores_punctuation():
+    assert grammar.encode("Nosotros HABLA Español.") == grammar.encode("nosotros habla español")
+    assert grammar.decode(grammar.encode("i speak english")) == "I speak English"
+
+
+def test_unknown_word_is_named():
+    with pytest.raises(grammar.UnknownWordError, match="'chino'"):
+        grammar.encode("nosotros hablamos chino")
+
+
+def test_splits_never_share_a_sentence():
+    corpus = grammar.build_corpus()
+    sizes = {name: len(examples) for name, examples in corpus.items()}
+    assert sizes["val"] > 1000 and sizes["test"] > 1000 and sizes["train"] > 30_000, sizes
+    texts = {name: {e.right for e in ex} | {e.wrong for e in ex} for name, ex in corpus.items()}
+    assert not texts["train"] & texts["val"]
+    assert not texts["train"] & texts["test"]
+    assert not texts["val"] & texts["test"]
+
+
+def test_corpus_is_deterministic_and_seeded():
+    fresh = grammar.build_corpus.__wrapped__(0)  # bypass the cache: really generate it again
+    assert fresh == grammar.build_corpus(0)
+    other = grammar.build_corpus.__wrapped__(1, pool=2000)
+    assert [e.right for e in other["train"][:50]] != [e.right for e in fresh["train"][:50]]
+
+
+def test_every_error_has_exactly_one_correction():
+    """The same erroneous sentence never appears with two different corrections, and an error
+    changes exactly one word (the verb or a determiner) of the correct sentence."""
+    corrections: dict[str, str] = {}
+    kinds = set()
+    for examples in grammar.build_corpus().values():
+        for e in examples:
+            assert corrections.setdefault(e.wrong, e.right) == e.right, (e.wrong, e.right, corrections[e.wrong])
+            w, r = e.wrong.split(), e.right.split()
+            assert len(w) == len(r)
+            changed = sum(a != b for a, b in zip(w, r))
+            assert changed == (0 if e.kind == "none" else 1), e
+            kinds.add((e.lang, e.kind))
+    assert kinds == {(lang, k) for lang in ("es", "en") for k in ("verb", "tense", "article", "none")}
+
+
+def test_corrections_follow_the_grammar():
+    """Spot-check the generator's output against hand-written rules."""
+    assert grammar.es_conjugate("hablar", "present", 3) == "hablamos"
+    assert grammar.es_conjugate("comer", "past", 5) == "comieron"
+    assert grammar.es_conjugate("escribir", "present", 1) == "escribes"
+    assert grammar.en_conjugate("cook", "present", 2) == "cooks"
+    assert grammar.en_conjugate("eat", "past", 0) == "ate"
+    rights = {e.right for ex in grammar.build_corpus().values() for e in ex}
+    for right in random.Random(0).sample(sorted(rights), 2000):
+        words = right.split()
+        if words[0] in ("nosotros", "nosotras"):
+            assert words[1].endswith(("amos", "emos", "imos")), right
+        if words[0] in ("he", "she") and words[1] in {v[0][0] for v in grammar.EN_VERBS.values()}:
+            pytest.fail(f"'{right}': he/she with the bare verb form")
+
+
+def test_rank_slices_of_get_batch_cover_the_global_batch():
+    whole = grammar.get_batch("train", step=3, batch_size=64)
+    for world in (2, 4):
+        parts = [grammar.get_batch("train", 3, 64, rank=r, world_size=world) for r in range(world)]
+        for i in range(3):  # x, y, loss_mask
+            assert torch.equal(torch.cat([p[i] for p in parts]), whole[i])
+    with pytest.raises(ValueError, match="not divisible"):
+        grammar.get_batch("train", 0, 63, rank=0, world_size=2)
+
+
+def test_batches_are_fixed_length_and_mask_only_the_correction():
+    x, y, mask = grammar.get_batch("train", step=0, batch_size=32)
+    assert x.shape == y.shape == mask.shape == (32, 32)
+    assert 32 <= x.shape[1] <= 64
+    assert torch.equal(x[:, 1:], y[:, :-1]), "targets are the inputs shifted by one"
+    for row_x, row_y, row_m in zip(x.tolist(), y.tolist(), mask.tolist()):
+        sep = row_x.index(grammar.SEP_ID)
+        eos = row_y.index(grammar.EOS_ID)
+        expected = [sep <= t <= eos for t in range(32)]
+        assert row_m == expected, grammar.decode(row_x)
+
+
+def test_batches_depend_only_on_step_and_seed():
+    a = grammar.get_batch("train", 5, 16, seed=0)
+    b = grammar.get_batch("train", 5, 16, seed=0)
+    c = grammar.get_batch("train", 5, 16, seed=1)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+    n = len(grammar.tokenized("train")[0])
+    epoch = {int(i) for s in range(n // 64) for i in grammar.batch_rows("train", s, 64)}
+    assert len(epoch) == (n // 64) * 64, "no sentence repeats within an epoch"

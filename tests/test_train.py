@@ -1,0 +1,158 @@
+"""The single-process trainer and the tutor command: determinism, resume, bad input, learning.
+
+Most runs here use a tiny model (one block of width 32) so that each takes a second or two; one
+session-wide run trains the real default model once and the tutor tests use its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt import train, tutor
+
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "16",
+        "--eval-every", "0", "--quiet", "--warmup", "2"]
+
+
+def run_train(tmp_path: Path, name: str, *flags: str) -> dict:
+    out = tmp_path / f"{name}.pt"
+    train.main([*TINY, "--out", str(out), *flags])
+    return torch.load(out, weights_only=False)
+
+
+def same_parameters(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_same_seed_gives_bit_identical_parameters(tmp_path):
+    a = run_train(tmp_path, "a", "--steps", "8", "--seed", "3")
+    b = run_train(tmp_path, "b", "--steps", "8", "--seed", "3")
+    c = run_train(tmp_path, "c", "--steps", "8", "--seed", "4")
+    assert same_parameters(a["model"], b["model"])
+    assert not same_parameters(a["model"], c["model"])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_resume_continues_bit_identically(tmp_path, optimizer):
+    """0 -> 12 in one go equals 0 -> 6, then resume 6 -> 12, parameter for parameter."""
+    whole = run_train(tmp_path, "whole", "--steps", "12", "--optimizer", optimizer)
+    half = run_train(tmp_path, "half", "--steps", "12", "--optimizer", optimizer, "--stop-at", "6")
+    assert half["step"] == 6
+    train.main(["--resume", str(tmp_path / "half.pt"), "--quiet"])
+    resumed = torch.load(tmp_path / "half.pt", weights_only=False)
+    assert resumed["step"] == 12
+    assert same_parameters(whole["model"], resumed["model"])
+    assert not same_parameters(half["model"], resumed["model"])
+
+
+def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
+    """Accumulating 4 micro-batches computes the gradient of the whole batch: the same weights
+    up to summation-order rounding (not bit for bit)."""
+    one = run_train(tmp_path, "one", "--steps", "5", "--accum", "1")
+    four = run_train(tmp_path, "four", "--steps", "5", "--accum", "4")
+    worst = max((one["model"][k] - four["model"][k]).abs().max().item() for k in one["model"])
+    assert 0 < worst < 1e-5, worst
+
+
+def test_checkpoint_holds_what_resume_needs(tmp_path):
+    state = run_train(tmp_path, "ck", "--steps", "3")
+    assert {"model", "optimizer", "step", "train_config", "rng", "vocabulary"} <= state.keys()
+    assert state["train_config"]["steps"] == 3 and state["step"] == 3
+    assert not list(tmp_path.glob("*.tmp")), "no temporary file left behind"
+
+
+BAD_INPUT = [
+    (["--steps", "-5"], "--steps must be a positive integer, got -5"),
+    (["--optimizer", "adam"], "invalid choice: 'adam'"),
+    (["--batch-size", "64", "--accum", "5"], "--batch-size 64 is not divisible by --accum 5"),
+    (["--resume", "nowhere/missing.pt"], "no checkpoint at nowhere/missing.pt"),
+    (["--warmup", "500", "--steps", "100"], "--warmup must be in 0..99"),
+    (["--n-embd", "100", "--n-head", "3"], "--n-embd 100 is not divisible by --n-head 3"),
+    (["--stop-at", "0"], "--stop-at must be in 1..450"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_INPUT, ids=[a[0] for a, _ in BAD_INPUT])
+def test_bad_input_exits_2_with_a_message_and_writes_nothing(tmp_path, capsys, argv, message):
+    out = tmp_path / "never" / "x.pt"
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*argv, "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.parent.exists(), "nothing half-written"
+
+
+def test_resume_refuses_changed_settings(tmp_path, capsys):
+    run_train(tmp_path, "r", "--steps", "4", "--stop-at", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--resume", str(tmp_path / "r.pt"), "--lr", "0.1"])
+    assert exit_info.value.code == 2
+    assert "--lr 0.1 differs from the checkpoint's 0.003" in capsys.readouterr().err
+
+
+def test_bad_input_from_the_real_command_line():
+    """The same, as a learner sees it: a real process, exit status 2, one line on stderr."""
+    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--steps", "-1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "minigpt.train: error: --steps must be a positive integer, got -1"
+
+
+# The default run, trained once for the whole session -----------------------------------------
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """``python -m minigpt.train`` with every default, as ``make demo`` runs it."""
+    out = tmp_path_factory.mktemp("default") / "minigpt.pt"
+    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def test_default_run_learns_the_tutor_task(default_run):
+    _, stdout = default_run
+    final = re.search(r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "
+                      r"\((\d+)/(\d+) held-out", stdout)
+    assert final, stdout
+    val_loss, correct, total = float(final.group(2)), int(final.group(4)), int(final.group(5))
+    assert total > 1000
+    assert correct / total >= 0.90, f"tutor accuracy {correct}/{total}"
+    assert val_loss < 0.1
+    assert re.search(r"MiniGPT: 507,552 parameters", stdout)
+
+
+def test_tutor_corrects_sentences(default_run, capsys):
+    checkpoint, _ = default_run
+    answers = tutor.main(["--checkpoint", str(checkpoint), "nosotros habla español",
+                          "yesterday she cook the soups", "Los niños comen las manzanas."])
+    assert answers == ["nosotros hablamos español", "yesterday she cooked the soups",
+                       "los niños comen las manzanas"]
+    printed = capsys.readouterr().out
+    assert "habla -> hablamos" in printed and "already correct" in printed
+
+
+def test_tutor_command_line(default_run):
+    checkpoint, _ = default_run
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    ok = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
+                         "la profesora escriben una carta"], capture_output=True, text=True, timeout=60, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "-> la profesora escribe una carta" in ok.stdout
+    unknown = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
+                              "nosotros hablamos chino"], capture_output=True, text=True, timeout=60, env=env)
+    assert unknown.returncode == 2 and "unknown word 'chino'" in unknown.stderr
+
+
+def test_tutor_without_a_checkpoint_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tutor.main(["--checkpoint", str(tmp_path / "none.pt"), "nosotros habla español"])
+    assert exit_info.value.code == 2
+    assert "no checkpoint at" in capsys.readouterr().err
