@@ -74,7 +74,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def validate(cfg: TrainConfig) -> None:
     """Raise ValueError naming the first value that cannot work, and what would."""
-    positive = ["steps", "batch_size", "accum", "n_layer", "n_head", "n_embd", "block_size"]
+    positive = ["steps", "batch_size", "accum", "eval_sentences", "n_layer", "n_head", "n_embd", "block_size"]
     for name in positive:
         if getattr(cfg, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(cfg, name)}")
@@ -89,9 +89,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"need --lr > 0 and 0 <= --min-lr <= --lr, got lr={cfg.lr}, min_lr={cfg.min_lr}")
     if not 0 <= cfg.warmup < cfg.steps:
         raise ValueError(f"--warmup must be in 0..{cfg.steps - 1} (less than --steps), got {cfg.warmup}")
-    for name in ("weight_decay", "grad_clip", "eval_every", "eval_sentences", "dropout"):
+    for name in ("weight_decay", "grad_clip", "eval_every"):
         if getattr(cfg, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    if not 0 <= cfg.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not 0 <= cfg.momentum < 1:
         raise ValueError(f"--momentum must be in [0, 1), got {cfg.momentum}")
     if cfg.n_embd % cfg.n_head:

@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -131,3 +134,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for r in results:
             if not (r.passed and "call" in r.seen):
                 terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {r.reason or 'did not run'}")
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """``python -m minigpt.train`` with every default, as ``make demo`` runs it, trained once per
+    session. Returns the checkpoint path, the output, and the numbers of its final line."""
+    out = tmp_path_factory.mktemp("default") / "minigpt.pt"
+    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    final = re.search(r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "
+                      r"\((\d+)/(\d+) held-out test sentences, exact match\) \| ([\d.]+) s", proc.stdout)
+    assert final, proc.stdout
+    return {"checkpoint": out, "stdout": proc.stdout, "steps": int(final.group(1)),
+            "val_loss": float(final.group(2)), "correct": int(final.group(4)),
+            "total": int(final.group(5)), "seconds": float(final.group(6))}

@@ -7,7 +7,6 @@ session-wide run trains the real default model once and the tutor tests use its 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,30 +106,17 @@ def test_bad_input_from_the_real_command_line():
 
 # The default run, trained once for the whole session -----------------------------------------
 
-@pytest.fixture(scope="session")
-def default_run(tmp_path_factory):
-    """``python -m minigpt.train`` with every default, as ``make demo`` runs it."""
-    out = tmp_path_factory.mktemp("default") / "minigpt.pt"
-    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
-
-
 def test_default_run_learns_the_tutor_task(default_run):
-    _, stdout = default_run
-    final = re.search(r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "
-                      r"\((\d+)/(\d+) held-out", stdout)
-    assert final, stdout
-    val_loss, correct, total = float(final.group(2)), int(final.group(4)), int(final.group(5))
-    assert total > 1000
-    assert correct / total >= 0.90, f"tutor accuracy {correct}/{total}"
-    assert val_loss < 0.1
-    assert re.search(r"MiniGPT: 507,552 parameters", stdout)
+    assert default_run["steps"] == train.TrainConfig().steps
+    assert default_run["total"] > 1000
+    accuracy = default_run["correct"] / default_run["total"]
+    assert accuracy >= 0.90, f"tutor accuracy {default_run['correct']}/{default_run['total']}"
+    assert default_run["val_loss"] < 0.1
+    assert "MiniGPT: 507,552 parameters" in default_run["stdout"]
 
 
 def test_tutor_corrects_sentences(default_run, capsys):
-    checkpoint, _ = default_run
+    checkpoint = default_run["checkpoint"]
     answers = tutor.main(["--checkpoint", str(checkpoint), "nosotros habla español",
                           "yesterday she cook the soups", "Los niños comen las manzanas."])
     assert answers == ["nosotros hablamos español", "yesterday she cooked the soups",
@@ -140,7 +126,7 @@ def test_tutor_corrects_sentences(default_run, capsys):
 
 
 def test_tutor_command_line(default_run):
-    checkpoint, _ = default_run
+    checkpoint = default_run["checkpoint"]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     ok = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
                          "la profesora escriben una carta"], capture_output=True, text=True, timeout=60, env=env)

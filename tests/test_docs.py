@@ -1,0 +1,71 @@
+"""The pages say what the code does: numbers on the pages are tied to the code or to a real run,
+and every English page has a Spanish twin with the same structure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from minigpt import grammar
+from minigpt.model import GPTConfig, MiniGPT
+from tests.test_grader import lab00_points
+
+ROOT = Path(__file__).resolve().parent.parent
+READMES = [ROOT / "README.md", ROOT / "README.es.md"]
+ENGLISH_PAGES = sorted(p for d in ("lab", "theory") if (ROOT / d).is_dir()
+                       for p in (ROOT / d).glob("*.md") if not p.name.endswith(".es.md"))
+
+
+def digits(text: str) -> str:
+    """'507,552' and '507 552' (and a non-breaking space) both become '507552'."""
+    return re.sub(r"(?<=\d)[,\u00a0\u202f ](?=\d{3}\b)", "", text)
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: p.name)
+def test_readme_numbers_match_the_code(readme):
+    text = digits(readme.read_text(encoding="utf-8"))
+    assert str(MiniGPT(GPTConfig()).num_params()) in text
+    assert f"{grammar.VOCAB_SIZE} token" in text
+    assert f"0/{lab00_points()}" in text
+    assert "make demo" in text and "make test" in text
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: p.name)
+def test_readme_accuracy_is_the_measured_one(readme, default_run):
+    """The README quotes the default run's final line; the run here must agree with it (the
+    total exactly, the accuracy within one point: another CPU may round differently)."""
+    text = readme.read_text(encoding="utf-8")
+    stated = re.search(r"(\d+)/(\d+) held-out test sentences", text)
+    assert stated, f"{readme.name} must quote the default run's final line"
+    correct, total = map(int, stated.groups())
+    assert total == default_run["total"]
+    assert abs(correct - default_run["correct"]) / total < 0.01, (correct, default_run["correct"])
+
+
+def test_readmes_link_to_each_other():
+    assert "(README.es.md)" in READMES[0].read_text(encoding="utf-8")
+    assert "(README.md)" in READMES[1].read_text(encoding="utf-8")
+
+
+def structure(path: Path) -> dict:
+    text = path.read_text(encoding="utf-8")
+    without_code = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {
+        "headings": re.findall(r"^(#+) .*?\{ *#([\w-]+) *\}\s*$", without_code, flags=re.M),
+        "headings without id": [h for h in re.findall(r"^#+ .*$", without_code, flags=re.M) if "{ #" not in h],
+        "code blocks": re.findall(r"^```(\w*)", text, flags=re.M)[::2],
+        "math blocks": without_code.count("$$") // 2,
+        "admonitions": re.findall(r"^!!! (\w+)", without_code, flags=re.M),
+    }
+
+
+@pytest.mark.parametrize("english", ENGLISH_PAGES, ids=lambda p: p.name)
+def test_every_page_has_a_spanish_twin_with_the_same_structure(english):
+    spanish = english.with_name(english.name[:-3] + ".es.md")
+    assert spanish.is_file(), f"{spanish.relative_to(ROOT)} is missing"
+    en, es = structure(english), structure(spanish)
+    assert en["headings without id"] == [] and es["headings without id"] == []
+    for key in ("headings", "code blocks", "math blocks", "admonitions"):
+        assert en[key] == es[key], f"{key} differ between {english.name} and {spanish.name}"
