@@ -8,7 +8,9 @@ code when asked" (the graded tests, the lab scripts) gets its functions from :fu
 
 Which one comes back is set by the environment variable ``MINIGPT_IMPL`` (``reference`` by
 default, or ``exercises``); ``pytest --impl=exercises`` and the lab scripts' ``--impl exercises``
-set it. Nothing else in ``minigpt`` imports from ``lab/``.
+set it. ``MINIGPT_EXERCISES_DIR`` points at another folder of exercise files (an instructor
+grading a learner's copy: ``MINIGPT_EXERCISES_DIR=~/alice/exercises make grade``). Nothing else
+in ``minigpt`` imports from ``lab/``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from types import ModuleType
 
 IMPLS = ("reference", "exercises")
 ENV_VAR = "MINIGPT_IMPL"
+DIR_ENV_VAR = "MINIGPT_EXERCISES_DIR"
 EXERCISES_DIR = Path(__file__).resolve().parent.parent / "lab" / "exercises"
 
 # exercise module (a file in lab/exercises/) -> {name: "reference module:attribute"}
@@ -43,13 +46,21 @@ def current() -> str:
     return impl
 
 
-@lru_cache(maxsize=None)
+def exercises_dir() -> Path:
+    """``lab/exercises/``, or the folder named by ``MINIGPT_EXERCISES_DIR``."""
+    return Path(os.environ.get(DIR_ENV_VAR) or EXERCISES_DIR).expanduser().resolve()
+
+
 def exercise_module(module: str) -> ModuleType:
-    """Import ``lab/exercises/<module>.py`` by its path (``lab/`` is not an installed package)."""
-    path = EXERCISES_DIR / f"{module}.py"
+    """Import ``<exercises dir>/<module>.py`` by its path (``lab/`` is not an installed package)."""
+    return _import_file(exercises_dir() / f"{module}.py")
+
+
+@lru_cache(maxsize=None)
+def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise FileNotFoundError(f"no exercise file {path}")
-    spec = importlib.util.spec_from_file_location(f"minigpt_exercises.{module}", path)
+    spec = importlib.util.spec_from_file_location(f"minigpt_exercises.{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -122,7 +122,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not scores:
         return
     impl = config.getoption("--impl")
-    where = "lab/exercises/" if impl == "exercises" else "minigpt/"
+    where = "minigpt/"
+    if impl == "exercises":
+        folder = impl_switch.exercises_dir()
+        where = str(folder.relative_to(config.rootpath)) + "/" if folder.is_relative_to(config.rootpath) else str(folder)
     terminalreporter.write_sep("=", f"score ({impl} implementation, {where})")
     for lab in sorted({r.lab for r in scores.values()}):
         results = [r for r in scores.values() if r.lab == lab]

@@ -40,15 +40,18 @@ def test_same_seed_gives_bit_identical_parameters(tmp_path):
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 def test_resume_continues_bit_identically(tmp_path, optimizer):
-    """0 -> 12 in one go equals 0 -> 6, then resume 6 -> 12, parameter for parameter."""
-    whole = run_train(tmp_path, "whole", "--steps", "12", "--optimizer", optimizer)
-    half = run_train(tmp_path, "half", "--steps", "12", "--optimizer", optimizer, "--stop-at", "6")
-    assert half["step"] == 6
+    """0 -> 100 in one go equals 0 -> 50, then resume 50 -> 100, parameter for parameter."""
+    whole = run_train(tmp_path, "whole", "--steps", "100", "--optimizer", optimizer)
+    half = run_train(tmp_path, "half", "--steps", "100", "--optimizer", optimizer, "--stop-at", "50")
+    assert half["step"] == 50
     train.main(["--resume", str(tmp_path / "half.pt"), "--quiet"])
     resumed = torch.load(tmp_path / "half.pt", weights_only=False)
-    assert resumed["step"] == 12
+    assert resumed["step"] == 100
     assert same_parameters(whole["model"], resumed["model"])
     assert not same_parameters(half["model"], resumed["model"])
+    for key in ("exp_avg", "exp_avg_sq") if optimizer == "adamw" else ("momentum_buffer",):
+        for a, b in zip(whole["optimizer"]["state"].values(), resumed["optimizer"]["state"].values()):
+            assert torch.equal(a[key], b[key]), f"optimizer state {key} differs"
 
 
 def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
