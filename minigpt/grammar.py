@@ -58,7 +58,7 @@ import torch
 
 from minigpt.lexicon import (  # noqa: F401 - re-exported: grammar.ES_VERBS etc.
     ES_PRONOUNS, ES_ADVERBS, ES_NOUNS, ES_LANGUAGES, ES_ARTICLES, ES_VERBS,
-    EN_PRONOUNS, EN_ADVERBS, EN_NOUNS, EN_LANGUAGES, EN_VERBS, EN_DETERMINER_SWAP,
+    EN_PRONOUNS, EN_ADVERBS, EN_NOUNS, EN_LANGUAGES, EN_VERBS, EN_DETERMINERS, EN_DETERMINER_SWAP,
     es_conjugate, en_conjugate, en_determiner_ok,
 )
 
@@ -83,7 +83,7 @@ def vocabulary() -> tuple[str, ...]:
         for tense in ("present", "past"):
             words.update(es_conjugate(infinitive, tense, p) for p in range(6))
     words |= set(EN_PRONOUNS) | set(EN_LANGUAGES)
-    words |= {"the", "my", "a", "an", "this", "that", "these", "those"}
+    words |= set(EN_DETERMINERS)
     for phrase in EN_ADVERBS:
         words.update(phrase.split())
     for nouns in EN_NOUNS.values():
@@ -174,8 +174,7 @@ def _en_noun_phrase(rng: random.Random, category: str) -> tuple[list[str], bool]
     singular, plural = rng.choice(EN_NOUNS[category])
     is_plural = rng.random() < 0.5
     noun = plural if is_plural else singular
-    choices = [d for d in ("the", "my", "a", "an", "this", "that", "these", "those")
-               if en_determiner_ok(d, noun, is_plural)]
+    choices = [d for d in EN_DETERMINERS if en_determiner_ok(d, noun, is_plural)]
     weights = [3 if d == "the" else 1 for d in choices]
     return [rng.choices(choices, weights)[0], noun], is_plural
 

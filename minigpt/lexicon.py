@@ -122,6 +122,7 @@ EN_VERBS = {
     "send": (("send", "sends", "sent"), ["text"]),
     "describe": (("describe", "describes", "described"), ["place", "thing"]),
 }
+EN_DETERMINERS = ("the", "my", "a", "an", "this", "that", "these", "those")
 EN_VOWEL_SOUND = set("aeiou")  # every noun above is pronounced as it is spelled: no "hour"
 
 

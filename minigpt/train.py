@@ -248,7 +248,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None
     state = load_checkpoint(args.resume)
     cfg = TrainConfig(**state["train_config"])
     for name, value in given.items():
-        if getattr(cfg, name) != value:
+        if name in ("eval_every", "eval_sentences"):  # they do not change the weights
+            setattr(cfg, name, value)
+        elif getattr(cfg, name) != value:
             raise ValueError(f"--{name.replace('_', '-')} {value} differs from the checkpoint's "
                              f"{getattr(cfg, name)}; a resumed run keeps its settings (start a new run instead)")
     return cfg, state
@@ -292,6 +294,11 @@ def main(argv: list[str] | None = None) -> dict:
     bar = tqdm(range(start, end), desc="train", disable=args.quiet, dynamic_ncols=True, file=sys.stdout)
     for step in bar:
         loss = train_step(model, optimizer, step, cfg)
+        if not math.isfinite(loss):
+            bar.close()
+            print(f"minigpt.train: error: the loss is {loss} at step {step}: training diverged; "
+                  f"try a smaller --lr (now {cfg.lr:g})", file=sys.stderr)
+            raise SystemExit(1)
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps):.2e}")
         done = step + 1
         if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:

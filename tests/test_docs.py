@@ -44,6 +44,16 @@ def test_readme_accuracy_is_the_measured_one(readme, default_run):
     assert abs(correct - default_run["correct"]) / total < 0.01, (correct, default_run["correct"])
 
 
+def test_lab_pages_quote_the_readme_accuracy():
+    """The Lab 00 guide repeats the README's measured accuracy (98.1% / 98,1 %): same number."""
+    correct, total = map(int, re.search(r"(\d+)/(\d+) held-out test sentences",
+                                        READMES[0].read_text(encoding="utf-8")).groups())
+    percent = f"{100 * correct / total:.1f}"
+    for page, number in [("00-minigpt-baseline.md", f"{percent}%"),
+                         ("00-minigpt-baseline.es.md", f"{percent.replace('.', ',')} %")]:
+        assert number in (ROOT / "lab" / page).read_text(encoding="utf-8"), f"{page} should say {number}"
+
+
 def test_readmes_link_to_each_other():
     assert "(README.es.md)" in READMES[0].read_text(encoding="utf-8")
     assert "(README.md)" in READMES[1].read_text(encoding="utf-8")

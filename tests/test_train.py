@@ -99,6 +99,19 @@ def test_resume_refuses_changed_settings(tmp_path, capsys):
     assert "--lr 0.1 differs from the checkpoint's 0.003" in capsys.readouterr().err
 
 
+def test_resume_may_change_only_the_evaluation_settings(tmp_path):
+    run_train(tmp_path, "e", "--steps", "4", "--stop-at", "2")
+    train.main(["--resume", str(tmp_path / "e.pt"), "--quiet", "--eval-every", "1", "--eval-sentences", "5"])
+    assert torch.load(tmp_path / "e.pt", weights_only=False)["train_config"]["eval_sentences"] == 5
+
+
+def test_divergence_stops_with_a_message(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_train(tmp_path, "nan", "--steps", "30", "--optimizer", "sgd", "--lr", "1e6", "--grad-clip", "0")
+    assert exit_info.value.code == 1
+    assert "training diverged; try a smaller --lr (now 1e+06)" in capsys.readouterr().err
+
+
 def test_bad_input_from_the_real_command_line():
     """The same, as a learner sees it: a real process, exit status 2, one line on stderr."""
     proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--steps", "-1"],
