@@ -155,9 +155,7 @@ class _Sentence:
     """A correct sentence and the places where an error can be made in it."""
 
     words: list[str]
-    lang: str
     verb_at: int  # index of the verb
-    tense: str  # the tense the verb must have
     verb_forms: dict[str, str]  # every form of this verb -> "verb" (same tense) or "tense"
     wrong_verbs: list[str]  # forms that make a correctable error here
     article_slots: list[tuple[int, list[str]]]  # (index of a determiner, wrong alternatives)
@@ -218,7 +216,7 @@ def _spanish_sentence(rng: random.Random) -> _Sentence:
             alternatives = {a for (d, _, _), a in ES_ARTICLES.items() if d == definite}
             slots.append((at, sorted(alternatives - {phrase[0]})))
     forms = {f: "tense" for f in others} | {f: "verb" for f in same}
-    return _Sentence(words, "es", verb_at, tense, forms, sorted(wrong - {words[verb_at]}), slots)
+    return _Sentence(words, verb_at, forms, sorted(wrong - {words[verb_at]}), slots)
 
 
 def _english_sentence(rng: random.Random) -> _Sentence:
@@ -241,7 +239,7 @@ def _english_sentence(rng: random.Random) -> _Sentence:
             slots.append((at, [EN_DETERMINER_SWAP[phrase[0]]]))
     same = {base, third} if tense == "present" else {past}
     forms = {f: ("verb" if f in same else "tense") for f in (base, third, past)}
-    return _Sentence(words, "en", verb_at, tense, forms, sorted(wrong - {words[verb_at]}), slots)
+    return _Sentence(words, verb_at, forms, sorted(wrong - {words[verb_at]}), slots)
 
 
 def make_example(rng: random.Random, lang: str, p_correct: float = 0.1) -> Example:

@@ -256,10 +256,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None
     return cfg, state
 
 
-def evaluate(model: MiniGPT, split: str, max_sentences: int | None, cfg: TrainConfig) -> dict:
-    return grammar.score(model, split, max_sentences=max_sentences, block_size=cfg.block_size)
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     try:
@@ -302,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps):.2e}")
         done = step + 1
         if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
-            result = evaluate(model, "val", cfg.eval_sentences, cfg)
+            result = grammar.score(model, "val", cfg.eval_sentences, block_size=cfg.block_size)
             bar.write(f"step {done:5d} | train loss {loss:.4f} | val loss {result['loss']:.4f} | "
                       f"val accuracy {result['accuracy']:.1%} ({result['total']} sentences)")
             save_checkpoint(args.out, model, optimizer, done, cfg)
@@ -312,8 +308,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"stopped at step {end} of {cfg.steps}; continue with: "
               f"python -m minigpt.train --resume {args.out}")
         return {"step": end}
-    val = evaluate(model, "val", None, cfg)
-    test = evaluate(model, "test", None, cfg)
+    val = grammar.score(model, "val", block_size=cfg.block_size)
+    test = grammar.score(model, "test", block_size=cfg.block_size)
     seconds = time.perf_counter() - t0
     print(f"final: step {end} | val loss {val['loss']:.4f} | tutor accuracy {test['accuracy']:.1%} "
           f"({test['correct']}/{test['total']} held-out test sentences, exact match) | "
