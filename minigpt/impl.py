@@ -35,6 +35,11 @@ REFERENCE: dict[str, dict[str, str]] = {
         "rank_slice": "minigpt.grammar:rank_slice",
         "lr_at": "minigpt.train:lr_at",
     },
+    "lab01_ddp": {
+        "ring_all_reduce": "minigpt.dist.ring:ring_all_reduce",
+        "assign_buckets": "minigpt.dist.ddp:assign_buckets",
+        "BucketedDDP": "minigpt.dist.ddp:BucketedDDP",
+    },
 }
 
 

@@ -21,6 +21,7 @@ parallelism, changes how the work is cut, not what is computed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -139,14 +140,19 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
     """
     x, y, mask = grammar.get_batch("train", step, cfg.batch_size, rank, world_size,
                                    seed=cfg.seed, block_size=cfg.block_size)
+    device = next(model.parameters()).device
+    x, y, mask = x.to(device), y.to(device), mask.to(device)
     micro = len(x) // cfg.accum
     if micro == 0:
         raise ValueError(f"this rank's {len(x)} rows cannot be cut into {cfg.accum} micro-batches")
     total = 0.0
     for i in range(cfg.accum):
         rows = slice(i * micro, (i + 1) * micro)
-        _, loss = model(x[rows], y[rows], mask[rows])
-        (loss / cfg.accum).backward()
+        # a data-parallel wrapper need not synchronise before the last micro-batch
+        last = i == cfg.accum - 1
+        with contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+            _, loss = model(x[rows], y[rows], mask[rows])
+            (loss / cfg.accum).backward()
         total += loss.item() / cfg.accum
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

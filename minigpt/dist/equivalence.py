@@ -1,0 +1,95 @@
+"""Did the distributed run compute what one process would have? Logit drift and cross-rank checks.
+
+Two different questions, two measurements:
+
+* **Step drift** (the course's criterion, <= 1e-5). Before each distributed step, the state of
+  the distributed model (parameters and optimizer state) is copied into a single-process model,
+  which then takes the same step on the whole global batch. The largest |logit difference| on a
+  fixed probe batch after the two steps measures how far *one step* of data parallelism is from
+  one step of a single process: only summation order differs, so it is a few float32 roundings.
+* **Trajectory drift** (reported, not a criterion). A single-process run started from the same
+  initial weights and never re-synchronised. Training is chaotic: a difference of one rounding
+  grows step after step (AdamW and SGD alike), so after a few dozen float32 steps the two runs
+  are different, equally good, models. A single process with gradient accumulation diverges
+  from one without it in exactly the same way; the lab page shows it.
+
+And the question DDP must answer exactly: do all ranks hold bit-identical parameters after every
+step? They must, since they all apply the same averaged gradient (:func:`ranks_bit_identical`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from minigpt import grammar
+
+TOLERANCE = 1e-5
+
+
+def probe_batch(rows: int = 32, block_size: int = 32) -> torch.Tensor:
+    """The fixed batch whose logits are compared: the first validation batch."""
+    return grammar.get_batch("val", 0, rows, block_size=block_size)[0]
+
+
+@torch.no_grad()
+def logit_drift(model_a: torch.nn.Module, model_b: torch.nn.Module, probe: torch.Tensor) -> float:
+    """max |logits_a - logits_b| on ``probe``."""
+    device = next(model_a.parameters()).device
+    return float((model_a(probe.to(device))[0] - model_b(probe.to(device))[0]).abs().max())
+
+
+def params_digest(module: torch.nn.Module) -> str:
+    """A SHA-1 of every parameter's bytes: equal digests mean bit-identical parameters."""
+    h = hashlib.sha1()
+    for p in module.parameters():
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def ranks_bit_identical(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> bool:
+    """True when every rank of ``group`` holds the same parameter bits (a collective call)."""
+    digests: list[str | None] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(digests, params_digest(module), group=group)
+    return len(set(digests)) == 1
+
+
+def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Copies of the parameters and the optimizer state (``optimizer.state_dict()`` shares its
+    tensors with the optimizer, so it must be deep-copied)."""
+    return ({k: v.detach().clone() for k, v in model.state_dict().items()},
+            copy.deepcopy(optimizer.state_dict()))
+
+
+@dataclass
+class DriftLog:
+    """Drift after every step, and what a report needs from it."""
+
+    values: list[float] = field(default_factory=list)
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    @property
+    def worst(self) -> float:
+        return max(self.values, default=0.0)
+
+    @property
+    def worst_step(self) -> int:
+        return max(range(len(self.values)), key=self.values.__getitem__, default=-1)
+
+    @property
+    def final(self) -> float:
+        return self.values[-1] if self.values else 0.0
+
+    def first_step_above(self, tolerance: float = TOLERANCE) -> int | None:
+        return next((i for i, v in enumerate(self.values) if v > tolerance or math.isnan(v)), None)
+
+    def summary(self) -> dict:
+        return {"max": self.worst, "final": self.final, "worst_step": self.worst_step,
+                "first_step_above_tolerance": self.first_step_above()}

@@ -1,0 +1,262 @@
+"""Lab 01's trainer: MiniGPT on the tutor task with the hand-rolled :class:`BucketedDDP`.
+
+    torchrun --nproc_per_node=2 lab/01_ddp.py            # train, report the tutor accuracy
+    torchrun --nproc_per_node=2 lab/01_ddp.py --check    # ... and prove it equals one process
+
+Every rank builds the same model from ``--seed``, wraps it, and trains on its slice of each
+global batch (:func:`minigpt.grammar.get_batch` with its rank). gloo on CPU, NCCL when there is a
+GPU. Only rank 0 prints progress; errors name their rank; a peer that dies ends the others within
+``--timeout`` seconds.
+
+``--check`` trains three data-parallel variants in lockstep from the same weights: the bucketed
+DDP with ``torch.distributed.all_reduce`` ("bucketed"), the same with the ring collectives of
+:mod:`minigpt.dist.ring` ("ring"), and PyTorch's own ``DistributedDataParallel`` ("torch-ddp").
+After every step it measures, for each (see :mod:`minigpt.dist.equivalence`): the step drift
+against one process taking the same step from the same state (criterion: <= 1e-5), the
+trajectory drift against an independent single-process run, and whether all ranks hold
+bit-identical parameters. The single-process work is shared out between the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from minigpt import grammar, impl
+from minigpt.dist import equivalence, launch
+from minigpt.train import DTYPES, OPTIMIZERS, TrainConfig, build_model, build_optimizer, train_step, validate
+
+VARIANTS = ("bucketed", "ring", "torch-ddp")
+DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 5 buckets
+PROG = "lab/01_ddp.py"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = TrainConfig()
+    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(TrainConfig):
+        if f.name in ("eval_every", "eval_sentences", "accum"):
+            continue
+        kwargs = {"type": type(getattr(defaults, f.name)), "default": getattr(defaults, f.name)}
+        if f.name == "optimizer":
+            kwargs["choices"] = OPTIMIZERS
+        if f.name == "dtype":
+            kwargs["choices"] = tuple(DTYPES)
+        p.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per step on each rank (all but "
+                   "the last run under no_sync)")
+    p.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_MB, help="bucket size in MiB")
+    p.add_argument("--collective", choices=("torch", "ring"), default="torch",
+                   help="what reduces the buckets of the main run: torch.distributed.all_reduce or the ring")
+    p.add_argument("--check", action="store_true", help="also train the ring and PyTorch-DDP variants and "
+                   "compare all three with one process after every step")
+    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
+    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S,
+                   help="seconds any collective may wait for a peer before this rank gives up")
+    p.add_argument("--impl", choices=impl.IMPLS, default=None,
+                   help="whose BucketedDDP and ring: the reference or yours in lab/exercises/ "
+                        "(default: $MINIGPT_IMPL or reference)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
+    """The config, or ValueError naming the first value that cannot work (before any rank
+    joins the group, so every rank stops at once with the same message)."""
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)
+                         if f.name not in ("eval_every", "eval_sentences")})
+    validate(cfg)
+    if cfg.batch_size % world_size:
+        raise ValueError(f"--batch-size {cfg.batch_size} is not divisible by the world size {world_size}; "
+                         f"use a multiple of {world_size}")
+    if (cfg.batch_size // world_size) % cfg.accum:
+        raise ValueError(f"each rank's {cfg.batch_size // world_size} rows cannot be cut into --accum "
+                         f"{cfg.accum} equal micro-batches")
+    if not args.bucket_cap_mb > 0:
+        raise ValueError(f"--bucket-cap-mb must be a positive number of MiB, got {args.bucket_cap_mb}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    return cfg
+
+
+def wrap(variant: str, model: torch.nn.Module, args: argparse.Namespace, ctx: launch.DistContext):
+    if variant == "torch-ddp":
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                       device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+    return BucketedDDP(model, bucket_cap_mb=args.bucket_cap_mb, collective="ring" if variant == "ring" else "torch")
+
+
+class Run:
+    """One data-parallel variant: its model, wrapper, optimizer and what was measured."""
+
+    def __init__(self, variant: str, cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext):
+        self.variant = variant
+        self.model = build_model(cfg).to(ctx.device)
+        self.wrapped = wrap(variant, self.model, args, ctx)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.step_drift = equivalence.DriftLog()
+        self.trajectory_drift = equivalence.DriftLog()
+        self.bit_identical = True
+        self.seconds = 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        rank, _, world_size = launch.torchrun_env()
+        cfg = check_args(args, world_size)
+    except (ValueError, RuntimeError) as exc:
+        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.impl:
+        os.environ[impl.ENV_VAR] = args.impl
+    ctx = launch.init(args.timeout)
+    try:
+        result = train(cfg, args, ctx)
+    except NotImplementedError as exc:
+        launch.fail(ctx, f"{exc} (your code in lab/exercises/ is not written yet)", code=1)
+    except (RuntimeError, dist.DistError) as exc:
+        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n"
+                         f"  a peer rank probably died or stopped answering (collective timeout "
+                         f"{args.timeout:g} s); the other ranks stop too", code=1)
+    launch.teardown()
+    return 0 if result["passed"] else 1
+
+
+def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    from tqdm import tqdm
+
+    t_start = time.perf_counter()
+    main_variant = "ring" if args.collective == "ring" else "bucketed"
+    variants = list(VARIANTS) if args.check else [main_variant]
+    runs = [Run(v, cfg, args, ctx) for v in variants]
+    main_run = runs[variants.index(main_variant)]
+    if ctx.is_main:
+        layout = main_run.wrapped.bucket_layout()
+        launch.log(ctx, f"MiniGPT {main_run.model.num_params():,} parameters | world size {ctx.world_size} "
+                        f"({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = {ctx.world_size} x "
+                        f"{cfg.batch_size // ctx.world_size} | {cfg.optimizer} {cfg.dtype} | {cfg.steps} steps | "
+                        f"implementation: {impl.current()}")
+        launch.log(ctx, f"{len(layout)} buckets of at most {args.bucket_cap_mb:g} MiB: "
+                        + ", ".join(f"{b['bytes'] / 2**10:.0f} KiB" for b in layout))
+        if args.check:
+            launch.log(ctx, f"--check: variants {', '.join(variants)}; one-process work shared over the ranks")
+
+    # --check: who computes which single-process reference (rank i % world_size for item i)
+    owner = {name: i % ctx.world_size for i, name in enumerate([*variants, "trajectory"])}
+    if args.check:
+        probe = equivalence.probe_batch(block_size=cfg.block_size)
+        scratch = build_model(cfg).to(ctx.device)  # takes each variant's single-process step
+        scratch_opt = build_optimizer(scratch, cfg)
+        if owner["trajectory"] == ctx.rank:
+            trajectory = build_model(cfg).to(ctx.device)
+            trajectory_opt = build_optimizer(trajectory, cfg)
+
+    bar = tqdm(range(cfg.steps), desc=f"[rank 0] train ({main_variant})", disable=args.quiet or not ctx.is_main,
+               dynamic_ncols=True, file=sys.stdout)
+    losses = []
+    for step in bar:
+        drifts = torch.zeros(2 * len(runs), dtype=torch.float64)
+        for i, run in enumerate(runs):
+            before = equivalence.snapshot(run.model, run.optimizer) if args.check and owner[run.variant] == ctx.rank else None
+            t0 = time.perf_counter()
+            loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
+            run.seconds += time.perf_counter() - t0
+            if run is main_run:
+                total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
+                dist.all_reduce(total)
+                losses.append(float(total) / ctx.world_size)
+                if not math.isfinite(losses[-1]):
+                    raise FloatingPointError(f"the loss is {losses[-1]} at step {step}: training diverged; "
+                                             f"try a smaller --lr (now {cfg.lr:g})")
+            if before is not None:
+                scratch.load_state_dict(before[0])
+                scratch_opt.load_state_dict(before[1])
+                train_step(scratch, scratch_opt, step, cfg)
+                drifts[i] = equivalence.logit_drift(scratch, run.model, probe)
+        if args.check:
+            if owner["trajectory"] == ctx.rank:
+                train_step(trajectory, trajectory_opt, step, cfg)
+                for i, run in enumerate(runs):
+                    drifts[len(runs) + i] = equivalence.logit_drift(trajectory, run.model, probe)
+            drifts = drifts.to(ctx.device)
+            dist.all_reduce(drifts, op=dist.ReduceOp.MAX)
+            for i, run in enumerate(runs):
+                run.step_drift.add(float(drifts[i]))
+                run.trajectory_drift.add(float(drifts[len(runs) + i]))
+                run.bit_identical &= equivalence.ranks_bit_identical(run.model)
+        if ctx.is_main:
+            postfix = {"loss": f"{losses[-1]:.4f}"}
+            if args.check:
+                postfix["step drift"] = f"{max(r.step_drift.final for r in runs):.1e}"
+            bar.set_postfix(postfix)
+    bar.close()
+
+    # every rank scores the same model (bit-identical), so no rank waits for another
+    accuracy = grammar.score(main_run.model, "test", block_size=cfg.block_size)
+    seconds = time.perf_counter() - t_start
+    per_variant = {r.variant: {"step_drift": r.step_drift.summary(), "trajectory_drift": r.trajectory_drift.summary(),
+                               "ranks_bit_identical": r.bit_identical, "seconds_per_step": r.seconds / cfg.steps}
+                   for r in runs}
+    passed = True
+    if args.check:
+        worst = max(r.step_drift.worst for r in runs)
+        identical = all(r.bit_identical for r in runs)
+        passed = worst <= equivalence.TOLERANCE and identical
+    report = {
+        "max_logit_drift": max(r.step_drift.worst for r in runs) if args.check else None,
+        "final_logit_drift": max(r.step_drift.final for r in runs) if args.check else None,
+        "ranks_bit_identical": all(r.bit_identical for r in runs) if args.check else None,
+        "tolerance": equivalence.TOLERANCE,
+        "passed": passed,
+        "tutor_accuracy": accuracy["accuracy"], "tutor_correct": accuracy["correct"], "tutor_total": accuracy["total"],
+        "world_size": ctx.world_size, "steps": cfg.steps, "backend": ctx.backend, "device": str(ctx.device),
+        "optimizer": cfg.optimizer, "dtype": cfg.dtype, "seed": cfg.seed, "batch_size": cfg.batch_size,
+        "bucket_cap_mb": args.bucket_cap_mb, "buckets": main_run.wrapped.bucket_layout(),
+        "bytes_all_reduced_per_step": main_run.wrapped.bytes_all_reduced,
+        "final_loss": losses[-1], "seconds": seconds, "implementation": impl.current(),
+        "variants": per_variant,
+    }
+    if ctx.is_main:
+        print_summary(report, ctx)
+        if args.report:
+            tmp = Path(args.report).with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=2) + "\n")
+            os.replace(tmp, args.report)
+            launch.log(ctx, f"report written to {args.report}")
+    return report
+
+
+def print_summary(report: dict, ctx: launch.DistContext) -> None:
+    if report["max_logit_drift"] is not None:
+        launch.log(ctx, "variant     | step drift: max (step), final | trajectory drift: max, first step > 1e-5 | ranks bit-identical")
+        for name, v in report["variants"].items():
+            s, t = v["step_drift"], v["trajectory_drift"]
+            launch.log(ctx, f"{name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
+                            f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}")
+        verdict = "PASS" if report["passed"] else "FAIL"
+        launch.log(ctx, f"check {verdict}: max logit drift {report['max_logit_drift']:.2e} "
+                        f"(tolerance {report['tolerance']:g}) | ranks bit-identical after every step: "
+                        f"{report['ranks_bit_identical']}")
+    launch.log(ctx, f"final: step {report['steps']} | loss {report['final_loss']:.4f} | tutor accuracy "
+                    f"{100 * report['tutor_accuracy']:.1f}% ({report['tutor_correct']}/{report['tutor_total']} "
+                    f"held-out test sentences) | {report['seconds']:.1f} s on {report['world_size']} ranks")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""One rank of the Lab 01 test launch: ``python tests/dist_worker.py OUTDIR`` under RANK/WORLD_SIZE
+(started by tests/launcher.py, normally with 4 ranks).
+
+It runs every multi-process scenario of tests/test_lab01.py in one process start (importing torch
+is the slow part), with the implementation ``MINIGPT_IMPL`` selects, and writes
+``OUTDIR/rank<r>.json`` after every scenario: ``{scenario: {"ok": bool, "error": str, ...}}``.
+Scenarios that could leave the ranks out of step (a mistake in launch order, an unused parameter)
+run last, each in its own process group with a short timeout, so a learner's bug costs only the
+tests that look at it and never hangs the suite.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from minigpt import impl
+from minigpt.dist import ring as ring_ref
+
+OUT = Path(sys.argv[1])
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+RESULTS: dict[str, dict] = {}
+LENGTHS = (1, 3, 7, 12, 1000, 1001)  # shorter than, equal to, and not multiples of the world size
+
+
+def record(name: str, fn) -> None:
+    try:
+        RESULTS[name] = {"ok": True, **(fn() or {})}
+    except BaseException as exc:  # noqa: BLE001 - a learner's bug is a result, not a crash
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        RESULTS[name] = {"ok": False, "error": message, "trace": traceback.format_exc()[-1500:]}
+    (OUT / f"rank{RANK}.json").write_text(json.dumps(RESULTS))
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.sha1(t.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def group_of(size: int, timeout_s: float = 20.0):
+    return dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=timeout_s))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1.1: the ring, for world sizes 1..4 (subgroups of the 4 ranks)
+
+
+def ring_cases(group, size: int) -> dict:
+    ring_all_reduce = impl.load("lab01_ddp", "ring_all_reduce")
+    cases = []
+    for length in LENGTHS:
+        for op in ("sum", "avg"):
+            gen = torch.Generator().manual_seed(1000 * RANK + length)
+            values = torch.randn(length, generator=gen)
+            integers = torch.randint(-50, 50, (length,), generator=gen).float()
+            expected = values.clone()
+            dist.all_reduce(expected, group=group)
+            expected_int = integers.clone()
+            dist.all_reduce(expected_int, group=group)
+            if op == "avg":
+                expected /= size
+                expected_int /= size
+            counter = ring_ref.ByteCounter()
+            got = values.clone()
+            returned = ring_all_reduce(got, op, group, counter)
+            got_int = integers.clone()
+            ring_all_reduce(got_int, op, group, ring_ref.ByteCounter())
+            chunks = ring_ref.chunk_bounds(length, size)
+            me = dist.get_rank(group)
+            not_sent = (chunks[me][1] - chunks[me][0]) + (chunks[(me + 1) % size][1] - chunks[(me + 1) % size][0])
+            cases.append({
+                "length": length, "op": op,
+                "returned_input": returned is got,
+                "max_error": float((got - expected).abs().max()),
+                "integer_exact": bool(torch.equal(got_int, expected_int)),
+                "digest": digest(got),
+                "bytes_sent": counter.sent,
+                "bytes_expected": 0 if size == 1 else (2 * length - not_sent) * 4,
+                "bytes_formula": 2 * (size - 1) / size * length * 4,
+            })
+    return {"cases": cases}
+
+
+def ring_rejects_bad_op(group) -> dict:
+    ring_all_reduce = impl.load("lab01_ddp", "ring_all_reduce")
+    try:
+        ring_all_reduce(torch.ones(4), "max", group)
+    except ValueError as exc:
+        return {"raised": True, "message": str(exc)}
+    return {"raised": False}
+
+
+def reference_scatter_gather(group, size: int) -> dict:
+    """The reference's reduce-scatter and all-gather on their own (not an exercise)."""
+    cases = []
+    me = dist.get_rank(group)
+    for length in LENGTHS:
+        values = torch.randn(length, generator=torch.Generator().manual_seed(7 * RANK + length))
+        total = values.clone()
+        dist.all_reduce(total, group=group)
+        start, stop = ring_ref.chunk_bounds(length, size)[me]
+        rs_counter, ag_counter = ring_ref.ByteCounter(), ring_ref.ByteCounter()
+        chunk = ring_ref.ring_reduce_scatter(values.clone(), "sum", group, rs_counter)
+        gathered = torch.full((length,), float("nan"))
+        gathered[start:stop] = total[start:stop]
+        ring_ref.ring_all_gather(gathered, group, ag_counter)
+        own = stop - start
+        right = ring_ref.chunk_bounds(length, size)[(me + 1) % size]
+        cases.append({"length": length,
+                      "rs_error": float((chunk - total[start:stop]).abs().max()) if own else 0.0,
+                      "ag_equal": bool(torch.equal(gathered, total)),
+                      "rs_bytes": rs_counter.sent, "rs_expected": (length - own) * 4,
+                      "ag_bytes": ag_counter.sent, "ag_expected": (length - (right[1] - right[0])) * 4})
+    return {"cases": cases}
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercises 1.2-1.4: the DDP, on ranks 0 and 1
+
+
+class Toy(nn.Module):
+    """Tied weights (embed = head), a frozen layer, and enough layers for three buckets."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.frozen = nn.Linear(8, 8)
+        self.frozen.requires_grad_(False)
+        self.hidden = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, idx):
+        h = self.embed(idx)
+        h = torch.tanh(self.hidden(self.frozen(h)))
+        return self.head(torch.tanh(self.out(h))).logsumexp(-1).mean()
+
+
+def toy_batch(rank: int) -> torch.Tensor:
+    return torch.randint(0, 10, (4, 5), generator=torch.Generator().manual_seed(100 + rank))
+
+
+def expected_grads(model: nn.Module, world: int) -> dict[str, torch.Tensor]:
+    """The average over ranks of each rank's local gradient, all computed here."""
+    total = {}
+    for r in range(world):
+        model.zero_grad(set_to_none=True)
+        model(toy_batch(r)).backward()
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                total[name] = total.get(name, 0) + p.grad / world
+    model.zero_grad(set_to_none=True)
+    return total
+
+
+def grad_error(model: nn.Module, expected: dict) -> float:
+    worst = 0.0
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            worst = max(worst, float((p.grad - expected[name]).abs().max()) if p.grad is not None else float("inf"))
+    return worst
+
+
+def ddp_toy(group, collective: str = "torch") -> dict:
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+    torch.manual_seed(0)
+    reference_copy = Toy()
+    expected = expected_grads(reference_copy, 2)
+    torch.manual_seed(RANK)  # different on each rank: the constructor must broadcast rank 0's
+    model = Toy()
+    ddp = BucketedDDP(model, bucket_cap_mb=400 / 2**20, process_group=group, collective=collective)
+    same_start = all(torch.equal(p, q) for p, q in zip(model.parameters(), reference_copy.parameters()))
+    loss = ddp(toy_batch(RANK))
+    loss.backward()
+    grads_digest = digest(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
+    out = {"same_start_as_rank0": same_start, "grad_error": grad_error(model, expected),
+           "frozen_grad_is_none": model.frozen.weight.grad is None,
+           "layout": [b["params"] for b in ddp.bucket_layout()], "timeline": ddp.last_timeline(),
+           "bytes_all_reduced": ddp.bytes_all_reduced, "grads_digest": grads_digest,
+           "module_is_model": ddp.module is model}
+    if collective == "ring":
+        out["ring_bytes_sent"] = ddp.ring_bytes.sent
+    before = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    ddp.finish_gradient_synchronization()  # a second call: harmless
+    ddp.finish_gradient_synchronization()
+    out["finish_twice_harmless"] = all(torch.equal(a, p.grad) for a, p in
+                                       zip(before, [p for p in model.parameters() if p.requires_grad]))
+    return out
+
+
+def ddp_no_sync(group) -> dict:
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+    torch.manual_seed(0)
+    reference_copy = Toy()
+    expected = expected_grads(reference_copy, 2)
+    reference_copy(toy_batch(RANK)).backward()
+    local = {n: p.grad.clone() for n, p in reference_copy.named_parameters() if p.grad is not None}
+    model = Toy()
+    model.load_state_dict(reference_copy.state_dict())
+    ddp = BucketedDDP(model, bucket_cap_mb=400 / 2**20, process_group=group)
+    with ddp.no_sync():
+        ddp(toy_batch(RANK)).backward()
+    stayed_local = grad_error(model, local)
+    # accumulate a second micro-batch (the same one) with sync on: the average of 2x the local grads
+    ddp(toy_batch(RANK)).backward()
+    accumulated = grad_error(model, {n: 2 * g for n, g in expected.items()})
+    # the forward decides: forward inside no_sync, backward outside -> still no sync
+    model.zero_grad(set_to_none=True)
+    with ddp.no_sync():
+        loss = ddp(toy_batch(RANK))
+    loss.backward()
+    forward_decides = grad_error(model, local)
+    return {"stayed_local": stayed_local, "accumulated_error": accumulated, "forward_decides": forward_decides}
+
+
+def ddp_minigpt(group) -> dict:
+    """Three AdamW steps of a small MiniGPT: two ranks against one process on the global batch."""
+    from minigpt import grammar
+    from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+    cfg = TrainConfig(steps=3, batch_size=16, n_layer=2, n_head=2, n_embd=32, warmup=1, lr=1e-3)
+    baseline = build_model(cfg)
+    base_opt = build_optimizer(baseline, cfg)
+    model = build_model(cfg)
+    ddp = BucketedDDP(model, bucket_cap_mb=0.05, process_group=group)
+    opt = build_optimizer(model, cfg)
+    probe = grammar.get_batch("val", 0, 8)[0]
+    drifts, digests = [], []
+    for step in range(cfg.steps):
+        train_step(baseline, base_opt, step, cfg)
+        train_step(ddp, opt, step, cfg, rank=RANK, world_size=2)
+        with torch.no_grad():
+            drifts.append(float((baseline(probe)[0] - model(probe)[0]).abs().max()))
+        digests.append(digest(torch.cat([p.flatten() for p in model.parameters()])))
+    return {"drifts": drifts, "digests": digests, "buckets": len(ddp.buckets)}
+
+
+def ddp_bucket_order(group) -> dict:
+    """The gradients of ``a`` and ``b`` become ready in opposite orders on the two ranks."""
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+
+    class TwoParams(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.full((3,), 1.0 + RANK))
+            self.b = nn.Parameter(torch.full((5,), 2.0 + RANK))
+
+        def forward(self, x):
+            if RANK == 0:  # b is nearer the loss: its gradient comes first
+                return (self.b.sum() * (self.a * x).sum()).sum()
+            return (self.a.sum() * (self.b * x).sum()).sum()
+
+    model = TwoParams()
+    ddp = BucketedDDP(model, bucket_cap_mb=1e-6, process_group=group)  # one parameter per bucket
+    ddp(torch.tensor(2.0)).backward()
+    # rank 0's parameters everywhere: a = 1, b = 2. d/da = 2*sum(b) = 20 on rank 0;
+    # rank 1: d/da = 2*sum(b) = 20 too; d/db = 2*sum(a) = 6 on both. Averages are the same.
+    return {"a_grad": model.a.grad.tolist(), "b_grad": model.b.grad.tolist()}
+
+
+def ddp_unused(group) -> dict:
+    BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
+
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 4)
+            self.forgotten = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.used(x).sum()
+
+    torch.manual_seed(0)
+    ddp = BucketedDDP(Unused(), bucket_cap_mb=1e-6, process_group=group)
+    start = time.perf_counter()
+    try:
+        ddp(torch.ones(2, 4)).backward()
+    except RuntimeError as exc:
+        return {"raised": True, "message": str(exc), "seconds": time.perf_counter() - start}
+    return {"raised": False, "seconds": time.perf_counter() - start}
+
+
+def main() -> None:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    torch.set_num_threads(1)
+    groups = {size: group_of(size) for size in range(1, WORLD + 1)}
+    for size, group in groups.items():
+        if RANK < size:
+            record(f"ring_{size}", lambda: ring_cases(group, size))
+            record(f"ring_reference_{size}", lambda: reference_scatter_gather(group, size))
+    if RANK < 2:
+        pair = groups[2]
+        record("ring_bad_op", lambda: ring_rejects_bad_op(pair))
+        record("ddp_toy", lambda: ddp_toy(pair))
+        record("ddp_ring", lambda: ddp_toy(pair, collective="ring"))
+        record("ddp_no_sync", lambda: ddp_no_sync(pair))
+        record("ddp_minigpt", lambda: ddp_minigpt(pair))
+    # the scenarios that can leave ranks out of step: own groups, short timeouts, last
+    risky = [group_of(2, timeout_s=8.0) for _ in range(2)]
+    if RANK < 2:
+        record("ddp_unused", lambda: ddp_unused(risky[0]))
+        record("ddp_bucket_order", lambda: ddp_bucket_order(risky[1]))
+    (OUT / f"rank{RANK}.json").write_text(json.dumps({**RESULTS, "finished": {"ok": True}}))
+    os._exit(0)  # no polite tear-down: a peer stuck in a broken group must not hold us
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Start N worker processes the way torchrun would (RANK, WORLD_SIZE, MASTER_ADDR/PORT), without
+torchrun's agent process (one torch import less), and collect what each rank wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(script: Path, world_size: int, outdir: Path, timeout_s: float, extra_env: dict | None = None,
+              args: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Run ``python script outdir *args`` as ranks 0..world_size-1; every rank writes
+    ``outdir/rank<r>.json``. Returns the per-rank results (``{}`` for a rank that wrote nothing)
+    and each rank's stderr tail. A rank still running at ``timeout_s`` is killed."""
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(ROOT), **(extra_env or {})}
+        procs.append(subprocess.Popen([sys.executable, str(script), str(outdir), *(args or [])], cwd=ROOT,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errors, deadline = [], time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            _, err = p.communicate()
+            err = f"killed after {timeout_s} s\n{err}"
+        errors.append(err[-3000:])
+    results = []
+    for rank in range(world_size):
+        path = outdir / f"rank{rank}.json"
+        results.append(json.loads(path.read_text()) if path.exists() else {})
+    return results, errors
