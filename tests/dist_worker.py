@@ -27,8 +27,8 @@ from torch import nn
 from minigpt import impl
 from minigpt.dist import ring as ring_ref
 
-OUT = Path(sys.argv[1])
-RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+OUT = Path(sys.argv[1]) if __name__ == "__main__" else None  # tests import Toy from here
+RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 RESULTS: dict[str, dict] = {}
 LENGTHS = (1, 3, 7, 12, 1000, 1001)  # shorter than, equal to, and not multiples of the world size
 

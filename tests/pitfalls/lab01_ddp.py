@@ -1,0 +1,70 @@
+"""Plausible wrong answers to the Lab 01 exercises, each mistake caught by its own tests.
+
+tests/test_grader.py grades this folder and checks that each mistake loses exactly the points of
+the tests written to catch it. The mistakes here leave the rest working: the bucket assignment is
+right; the DDP is right except for three slips that public courses and first attempts make.
+tests/pitfalls/broken_ddp/ holds the mistakes that break everything downstream.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from minigpt.dist.ddp import Bucket, BucketedDDP as _Reference, _Pending, assign_buckets  # noqa: F401
+from minigpt.dist.ring import COUNTER, ByteCounter, exchange, ring_position
+
+
+def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,
+                    counter: ByteCounter | None = None) -> torch.Tensor:
+    # Mistake: a "ring" that passes whole tensors. Each rank forwards what it last received and
+    # adds it up; the sum is right, but every step moves all S elements: (N-1)*S bytes instead
+    # of 2(N-1)/N*S. With 2 ranks the two costs are equal; from 3 ranks on it loses.
+    if op not in ("sum", "avg"):
+        raise ValueError(f"op {op!r} is not supported")
+    position = ring_position(group)
+    flat = tensor.view(-1)
+    travelling = flat.clone()
+    for _ in range(position.world_size - 1):
+        incoming = torch.empty_like(flat)
+        exchange(position, travelling, incoming, counter or COUNTER)
+        flat += incoming
+        travelling = incoming
+    if op == "avg":
+        flat /= position.world_size
+    return tensor
+
+
+class BucketedDDP(_Reference):
+    def _on_grad_ready(self, param: nn.Parameter) -> None:
+        # Mistake 1: no check of self._sync_this_backward, so no_sync() does nothing.
+        # Mistake 2: each bucket is launched the moment it is full, in the order gradients
+        # arrive; on two ranks whose gradients arrive in different orders, the all-reduces pair
+        # up the wrong buckets.
+        if not self._backward_started:
+            self._backward_started = True
+            self._next_bucket = 0
+            for bucket in self.buckets:
+                bucket.reset()
+            torch.autograd.Variable._execution_engine.queue_callback(self.finish_gradient_synchronization)
+        bucket = self.buckets[self._bucket_of[id(param)]]
+        bucket.ready.add(id(param))
+        bucket.first_ready_s = bucket.first_ready_s or self._now()
+        bucket.last_ready_s = self._now()
+        if bucket.is_full():
+            self._launch(bucket)
+            self._next_bucket += 1
+
+    def finish_gradient_synchronization(self) -> None:
+        # Mistake 3: no check for buckets that were never launched: waiting on a handle that
+        # does not exist, instead of an error naming the parameter without a gradient.
+        if not self._backward_started:
+            return
+        self._backward_started = False
+        for bucket in self.buckets:
+            bucket.handle.wait()
+            for p, (start, stop) in zip(bucket.params, bucket.slices):
+                p.grad.copy_(bucket.buffer[start:stop].view_as(p.grad))
+        self.bytes_all_reduced = sum(b.nbytes for b in self.buckets)
+        self.steps_synchronised += 1
