@@ -7,17 +7,19 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install demo train tutor test grade clean
+.PHONY: help install demo train tutor test grade docs serve clean
 
 help:
 	@echo "make demo    install (once) and run the main job: train MiniGPT, then ask the tutor"
 	@echo "make test    install (once) and run the graded test suite (reference implementation)"
 	@echo "make grade   score your own exercises: the same suite with --impl=exercises"
-	@echo "make clean   remove .venv and out/"
+	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
+	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
+	@echo "make clean   remove .venv, out/ and the built site"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,notebooks]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,notebooks,docs]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -33,5 +35,14 @@ test: $(STAMP)
 grade: $(STAMP)
 	$(PY) -m pytest --impl=exercises
 
+# The site's generated tables (build/tables/) and figures (docs/figures/) come from the code first.
+docs: $(STAMP)
+	$(PY) -m minigpt.tables
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+serve: $(STAMP)
+	$(PY) -m minigpt.tables
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
+
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) out site build/tables docs/figures

@@ -14,7 +14,7 @@ from tests.test_grader import lab00_points
 
 ROOT = Path(__file__).resolve().parent.parent
 READMES = [ROOT / "README.md", ROOT / "README.es.md"]
-ENGLISH_PAGES = sorted(p for d in ("lab", "theory") if (ROOT / d).is_dir()
+ENGLISH_PAGES = sorted(p for d in ("lab", "theory", "docs") if (ROOT / d).is_dir()
                        for p in (ROOT / d).glob("*.md") if not p.name.endswith(".es.md"))
 
 
@@ -59,6 +59,16 @@ def test_readmes_link_to_each_other():
     assert "(README.md)" in READMES[1].read_text(encoding="utf-8")
 
 
+def link_targets(markdown: str) -> list[str]:
+    """Every link and image target, inline (`[text](target)`) or by reference (`[id]: target`), with
+    the language taken out: `page.es.md` counts as `page.md` (a Spanish page links to the Spanish
+    twin) and `figures/name-es.png` as `figures/name-en.png`."""
+    targets = re.findall(r"\]\(\s*<?([^()\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", markdown)
+    targets += re.findall(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)", markdown, flags=re.M)
+    targets = [re.sub(r"\.es\.md(?=$|#)", ".md", t) for t in targets]
+    return sorted(re.sub(r"-es(\.(?:png|svg|jpg))$", r"-en\1", t) for t in targets)
+
+
 def structure(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
     without_code = re.sub(r"```.*?```", "", text, flags=re.S)
@@ -68,6 +78,7 @@ def structure(path: Path) -> dict:
         "code blocks": re.findall(r"^```(\w*)", text, flags=re.M)[::2],
         "math blocks": without_code.count("$$") // 2,
         "admonitions": re.findall(r"^!!! (\w+)", without_code, flags=re.M),
+        "link targets": link_targets(without_code),
     }
 
 
@@ -77,5 +88,5 @@ def test_every_page_has_a_spanish_twin_with_the_same_structure(english):
     assert spanish.is_file(), f"{spanish.relative_to(ROOT)} is missing"
     en, es = structure(english), structure(spanish)
     assert en["headings without id"] == [] and es["headings without id"] == []
-    for key in ("headings", "code blocks", "math blocks", "admonitions"):
+    for key in ("headings", "code blocks", "math blocks", "admonitions", "link targets"):
         assert en[key] == es[key], f"{key} differ between {english.name} and {spanish.name}"
