@@ -93,3 +93,56 @@ class DriftLog:
     def summary(self) -> dict:
         return {"max": self.worst, "final": self.final, "worst_step": self.worst_step,
                 "first_step_above_tolerance": self.first_step_above()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Why the optimizer matters: how much one step turns a gradient difference into a weight difference
+
+
+def one_step_amplification(optimizer: str = "adamw", dtype: str = "float32", at_step: int = 0,
+                           lr: float | None = None) -> dict:
+    """From the state reached after ``at_step`` single-process steps, take step ``at_step`` twice:
+    on the whole global batch, and as two ranks would (mean of the two half-batch gradients).
+    Returns the largest gradient difference, the largest weight difference after the optimizer
+    step, and their ratio: how much the optimizer amplifies a rounding difference."""
+    from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step
+
+    settings = {"adamw": {}, "sgd": {"lr": 0.1, "min_lr": 0.0}}[optimizer]
+    if lr is not None:
+        settings["lr"] = lr
+    cfg = TrainConfig(optimizer=optimizer, dtype=dtype, grad_clip=0.0, **settings)
+    model = build_model(cfg)
+    opt = build_optimizer(model, cfg)
+    for step in range(at_step):
+        train_step(model, opt, step, cfg)
+    start = snapshot(model, opt)
+    results = []
+    for world_size in (1, 2):
+        model.load_state_dict(start[0])
+        opt.load_state_dict(copy.deepcopy(start[1]))
+        for rank in range(world_size):
+            x, y, mask = grammar.get_batch("train", at_step, cfg.batch_size, rank, world_size, seed=cfg.seed)
+            (model(x, y, mask)[1] / world_size).backward()  # the sum of the two halves = their mean
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(at_step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        results.append((grads, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (g1, w1), (g2, w2) = results
+    grad_diff, weight_diff = float((g1 - g2).abs().max()), float((w1 - w2).abs().max())
+    return {"optimizer": optimizer, "dtype": dtype, "at_step": at_step, "grad_diff": grad_diff,
+            "weight_diff": weight_diff, "amplification": weight_diff / grad_diff if grad_diff else float("nan")}
+
+
+if __name__ == "__main__":
+    # python -m minigpt.dist.equivalence: the amplification table of the Lab 01 guide
+    torch.set_num_threads(1)
+    print("| optimizer | dtype | step | max gradient difference | max weight difference | ratio |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for dtype in ("float32", "float64"):
+        for optimizer in ("sgd", "adamw"):
+            for at_step in (0, 100):
+                r = one_step_amplification(optimizer, dtype, at_step)
+                print(f"| {optimizer} | {dtype} | {at_step} | {r['grad_diff']:.1e} | {r['weight_diff']:.1e} | "
+                      f"{r['amplification']:.1e} |", flush=True)

@@ -1,0 +1,14 @@
+"""Lab 01's benchmark: step time of one process, a naive DDP, the hand-rolled BucketedDDP and
+PyTorch's DDP; a bucket-cap sweep; the timeline of one step.
+
+    torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
+
+The code lives in minigpt/dist/benchmark.py.
+"""
+
+import sys
+
+from minigpt.dist.benchmark import main
+
+if __name__ == "__main__":
+    sys.exit(main())
