@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: help install demo train tutor test grade docs serve clean
 
 help:
-	@echo "make demo    install (once) and run the main job: train MiniGPT, then ask the tutor"
+	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
 	@echo "make test    install (once) and run the graded test suite (reference implementation)"
 	@echo "make grade   score your own exercises: the same suite with --impl=exercises"
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
@@ -25,9 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m minigpt.train
-	$(PY) -m minigpt.tutor "nosotros habla español" "yesterday she cook the soups" \
-		"la niños comen las manzanas" "I buys an apple"
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2 lab/01_ddp.py --check --report out/lab01.json
 
 test: $(STAMP)
 	$(PY) -m pytest

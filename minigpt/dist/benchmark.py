@@ -91,18 +91,11 @@ def time_steps(variant: str, built, batch, steps: int, cfg: TrainConfig, ctx) ->
     model, wrapped, optimizer = built
     dist.barrier()
     times = []
-    if variant == "one process":
-        if ctx.rank == 0:
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                step_once(wrapped, model, optimizer, batch, cfg)
-                times.append(time.perf_counter() - t0)
-        dist.barrier()
-        return times
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step_once(wrapped, model, optimizer, batch, cfg)
-        times.append(time.perf_counter() - t0)
+    if variant != "one process" or ctx.rank == 0:  # one process: rank 0 alone, the others wait
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step_once(wrapped, model, optimizer, batch, cfg)
+            times.append(time.perf_counter() - t0)
     dist.barrier()
     return times
 

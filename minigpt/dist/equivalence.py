@@ -135,14 +135,40 @@ def one_step_amplification(optimizer: str = "adamw", dtype: str = "float32", at_
             "weight_diff": weight_diff, "amplification": weight_diff / grad_diff if grad_diff else float("nan")}
 
 
+AMPLIFICATION_HEADER = {
+    "en": "| optimizer | dtype | at step | max gradient difference | max weight difference | ratio |",
+    "es": "| optimizador | tipo | en el paso | diferencia máxima de gradiente | diferencia máxima de pesos | cociente |",
+}
+
+
+def amplification_tables(rows: list[dict]) -> dict[str, str]:
+    """The measured rows as a Markdown table per language (Spanish uses a decimal comma)."""
+    tables = {}
+    for lang, header in AMPLIFICATION_HEADER.items():
+        lines = [header, "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for r in rows:
+            cells = [f"{r[k]:.1e}" for k in ("grad_diff", "weight_diff", "amplification")]
+            if lang == "es":
+                cells = [c.replace(".", ",") for c in cells]
+            lines.append(f"| {r['optimizer']} | {r['dtype']} | {r['at_step']} | " + " | ".join(cells) + " |")
+        tables[lang] = "\n".join(lines) + "\n"
+    return tables
+
+
 if __name__ == "__main__":
-    # python -m minigpt.dist.equivalence: the amplification table of the Lab 01 guide
+    # python -m minigpt.dist.equivalence [OUTDIR]: measure, print, and write the Lab 01 guide's
+    # tables OUTDIR/01-amplification-en.md and -es.md (about 90 s on one core)
+    import json
+    import sys
+    from pathlib import Path
+
     torch.set_num_threads(1)
-    print("| optimizer | dtype | step | max gradient difference | max weight difference | ratio |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for dtype in ("float32", "float64"):
-        for optimizer in ("sgd", "adamw"):
-            for at_step in (0, 100):
-                r = one_step_amplification(optimizer, dtype, at_step)
-                print(f"| {optimizer} | {dtype} | {at_step} | {r['grad_diff']:.1e} | {r['weight_diff']:.1e} | "
-                      f"{r['amplification']:.1e} |", flush=True)
+    rows = [one_step_amplification(optimizer, dtype, at_step)
+            for dtype in ("float32", "float64") for optimizer in ("sgd", "adamw") for at_step in (0, 100)]
+    tables = amplification_tables(rows)
+    print(tables["en"])
+    if len(sys.argv) > 1:
+        out = Path(sys.argv[1])
+        (out / "01-amplification.json").write_text(json.dumps(rows, indent=2) + "\n")
+        for lang, text in tables.items():
+            (out / f"01-amplification-{lang}.md").write_text(text)

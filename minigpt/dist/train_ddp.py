@@ -66,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--impl", choices=impl.IMPLS, default=None,
                    help="whose BucketedDDP and ring: the reference or yours in lab/exercises/ "
                         "(default: $MINIGPT_IMPL or reference)")
+    p.add_argument("--test-sentences", type=int, default=None,
+                   help="score the tutor on the first N held-out test sentences (default: all 1209)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -86,6 +88,8 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
         raise ValueError(f"--bucket-cap-mb must be a positive number of MiB, got {args.bucket_cap_mb}")
     if not args.timeout > 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.test_sentences is not None and args.test_sentences < 1:
+        raise ValueError(f"--test-sentences must be at least 1, got {args.test_sentences}")
     if args.report and not Path(args.report).resolve().parent.is_dir():
         raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
     return cfg
@@ -221,7 +225,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     bar.close()
 
     # every rank scores the same model (bit-identical), so no rank waits for another
-    accuracy = grammar.score(main_run.model, "test", block_size=cfg.block_size)
+    accuracy = grammar.score(main_run.model, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
     seconds = time.perf_counter() - t_start
     per_variant = {r.variant: {"step_drift": r.step_drift.summary(), "trajectory_drift": r.trajectory_drift.summary(),
                                "ranks_bit_identical": r.bit_identical, "seconds_per_step": r.seconds / cfg.steps}
