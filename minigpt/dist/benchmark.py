@@ -150,13 +150,15 @@ def measure(args: argparse.Namespace, ctx) -> dict:
 # rendering: tables and the timeline figure, in English and Spanish
 
 LABELS = {
-    "en": {"variant": "variant", "median": "median step (ms)", "ratio": "vs PyTorch DDP",
+    "en": {"variant": "variant", "median": "median step (ms)", "ratio": "vs PyTorch DDP (median of rounds)",
+           "range": "range over rounds",
            "cap": "bucket cap (MiB)", "buckets": "buckets", "one process": "one process (whole batch)",
            "naive": "naive (per-gradient all-reduce after backward)", "bucketed": "hand-rolled BucketedDDP",
            "torch-ddp": "PyTorch DistributedDataParallel", "xlabel": "ms since the forward pass started",
            "ylabel": "bucket", "grads": "gradients produced (backward)", "reduce": "all-reduce in flight",
            "bwd": "loss.backward() returns", "bwd_start": "loss.backward() called", "title": "One step of BucketedDDP, {n} ranks"},
-    "es": {"variant": "variante", "median": "paso, mediana (ms)", "ratio": "frente a DDP de PyTorch",
+    "es": {"variant": "variante", "median": "paso, mediana (ms)", "ratio": "frente a DDP de PyTorch (mediana de rondas)",
+           "range": "rango en las rondas",
            "cap": "tope del bucket (MiB)", "buckets": "buckets", "one process": "un proceso (lote entero)",
            "naive": "ingenua (all-reduce por gradiente tras el backward)", "bucketed": "BucketedDDP hecho a mano",
            "torch-ddp": "DistributedDataParallel de PyTorch", "xlabel": "ms desde el inicio del forward",
@@ -172,11 +174,14 @@ def number(value: float, lang: str, digits: int = 1) -> str:
 
 def render_tables(result: dict, lang: str) -> str:
     L = LABELS[lang]
-    reference = result["medians_s"]["torch-ddp"]
-    rows = [f"| {L['variant']} | {L['median']} | {L['ratio']} |", "| --- | ---: | ---: |"]
+    rounds = result["rounds_s"]
+    rows = [f"| {L['variant']} | {L['median']} | {L['ratio']} | {L['range']} |", "| --- | ---: | ---: | ---: |"]
     for v in VARIANTS:
-        m = result["medians_s"][v]
-        rows.append(f"| {L[v]} | {number(1000 * m, lang)} | {number(m / reference, lang, 2)} |")
+        # the variants take turns, so a round's ratio compares runs made seconds apart
+        ratios = [a / b for a, b in zip(rounds[v], rounds["torch-ddp"])]
+        spread = f"{number(min(ratios), lang, 2)}–{number(max(ratios), lang, 2)}"
+        rows.append(f"| {L[v]} | {number(1000 * result['medians_s'][v], lang)} | "
+                    f"{number(statistics.median(ratios), lang, 2)} | {spread} |")
     rows += ["", f"| {L['cap']} | {L['buckets']} | {L['median']} |", "| ---: | ---: | ---: |"]
     for s in result["sweep"]:
         rows.append(f"| {number(s['bucket_cap_mb'], lang, 2)} | {s['buckets']} | {number(1000 * s['median_s'], lang)} |")
