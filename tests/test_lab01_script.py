@@ -34,8 +34,9 @@ def torchrun_node(node_rank: int, port: int, args: list[str], **popen) -> subpro
 def test_two_node_launch_checks_and_reports(tmp_path):
     report = tmp_path / "lab01.json"
     port = free_port()
-    nodes = [torchrun_node(0, port, ["--check", "--steps", "6", "--report", str(report), *TINY]),
-             torchrun_node(1, port, ["--check", "--steps", "6", "--report", str(tmp_path / "other.json"), *TINY])]
+    common = ["--check", "--steps", "6", "--accum", "2", *TINY]  # --accum: all but the last micro-batch in no_sync
+    nodes = [torchrun_node(0, port, [*common, "--report", str(report)]),
+             torchrun_node(1, port, [*common, "--report", str(tmp_path / "other.json")])]
     outputs = [n.communicate(timeout=150) for n in nodes]
     for node, (out, err) in zip(nodes, outputs):
         assert node.returncode == 0, err[-3000:]
@@ -50,6 +51,7 @@ def test_two_node_launch_checks_and_reports(tmp_path):
     assert set(data["variants"]) == {"bucketed", "ring", "torch-ddp"}
     assert data["variants_bit_identical_to_each_other"] is True  # 2 ranks: a+b whichever way it is reduced
     assert len(data["last_step_timeline"]) == len(data["buckets"]) >= 1
+    assert data["synchronised_backward_passes"] == 6, "with --accum 2, only the last micro-batch synchronises"
 
 
 def children(pid: int) -> list[int]:

@@ -247,6 +247,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         "bucket_cap_mb": args.bucket_cap_mb, "buckets": main_run.wrapped.bucket_layout(),
         "bytes_all_reduced_per_step": main_run.wrapped.bytes_all_reduced,
         "last_step_timeline": main_run.wrapped.last_timeline(),
+        "synchronised_backward_passes": main_run.wrapped.steps_synchronised,  # --accum: one per step
         "variants_bit_identical_to_each_other": bool(args.check and len(twin_of) == len(runs) - 1),
         "final_loss": losses[-1], "seconds": seconds, "implementation": impl.current(),
         "variants": per_variant,
