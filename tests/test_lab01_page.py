@@ -43,8 +43,8 @@ def test_the_included_tables_are_what_the_code_renders_from_the_measurements():
     bench = result("01-benchmark-cpu.json")
     rows = result("01-amplification.json")
     for lang in ("en", "es"):
-        assert (RESULTS / f"01-benchmark-cpu-{lang}.md").read_text() == benchmark.render_tables(bench, lang)
-        assert (RESULTS / f"01-amplification-{lang}.md").read_text() == equivalence.amplification_tables(rows)[lang]
+        assert (RESULTS / f"01-benchmark-cpu-{lang}.txt").read_text() == benchmark.render_tables(bench, lang)
+        assert (RESULTS / f"01-amplification-{lang}.txt").read_text() == equivalence.amplification_tables(rows)[lang]
         assert (RESULTS / f"01-benchmark-cpu-timeline-{lang}.png").stat().st_size > 10_000
 
 

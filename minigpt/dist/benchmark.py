@@ -215,11 +215,11 @@ def render_timeline(result: dict, lang: str, path: Path) -> None:
 
 
 def render(json_path: Path) -> list[Path]:
-    """``X.json`` -> ``X-en.md``, ``X-es.md`` (tables) and ``X-timeline-en.png``, ``-es.png``."""
+    """``X.json`` -> ``X-en.txt``, ``X-es.txt`` (Markdown tables) and ``X-timeline-en.png``, ``-es.png``."""
     result = json.loads(json_path.read_text())
     written = []
     for lang in ("en", "es"):
-        table = json_path.with_name(f"{json_path.stem}-{lang}.md")
+        table = json_path.with_name(f"{json_path.stem}-{lang}.txt")  # a fragment the page includes, not a page
         table.write_text(render_tables(result, lang))
         figure = json_path.with_name(f"{json_path.stem}-timeline-{lang}.png")
         render_timeline(result, lang, figure)

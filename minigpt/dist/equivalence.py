@@ -157,7 +157,7 @@ def amplification_tables(rows: list[dict]) -> dict[str, str]:
 
 if __name__ == "__main__":
     # python -m minigpt.dist.equivalence [OUTDIR]: measure, print, and write the Lab 01 guide's
-    # tables OUTDIR/01-amplification-en.md and -es.md (about 90 s on one core)
+    # tables OUTDIR/01-amplification-en.txt and -es.txt (about 90 s on one core)
     import json
     import sys
     from pathlib import Path
@@ -171,4 +171,4 @@ if __name__ == "__main__":
         out = Path(sys.argv[1])
         (out / "01-amplification.json").write_text(json.dumps(rows, indent=2) + "\n")
         for lang, text in tables.items():
-            (out / f"01-amplification-{lang}.md").write_text(text)
+            (out / f"01-amplification-{lang}.txt").write_text(text)
