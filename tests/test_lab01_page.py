@@ -107,3 +107,66 @@ def test_the_readme_quotes_the_committed_lab01_run(readme):
     assert (f"tutor accuracy {100 * report['tutor_accuracy']:.1f}% "
             f"({report['tutor_correct']}/{report['tutor_total']} held-out test sentences)") in text
     assert "lab/01_ddp.py --check" in text
+
+
+def test_the_prose_numbers_are_the_measured_ones(pages):
+    """The sentences around the tables restate a few measured numbers: each one is recomputed here."""
+    import statistics
+
+    bench = result("01-benchmark-cpu.json")
+    rounds, medians = bench["rounds_s"], bench["medians_s"]
+    ratios = [a / b for a, b in zip(rounds["bucketed"], rounds["torch-ddp"])]
+    rows = {(r["optimizer"], r["dtype"], r["at_step"]): r for r in result("01-amplification.json")}
+    sgd, adamw = rows[("sgd", "float32", 0)], rows[("adamw", "float32", 0)]
+    stated = [  # (English, Spanish)
+        (f"takes {round(100 * (statistics.median(ratios) - 1))}% longer",
+         f"tarda un {round(100 * (statistics.median(ratios) - 1))} % más"),
+        (f"from {round(100 * (min(ratios) - 1))}% to {round(100 * (max(ratios) - 1))}%",
+         f"entre un {round(100 * (min(ratios) - 1))} % y un {round(100 * (max(ratios) - 1))} %"),
+        (f"{medians['naive'] / medians['bucketed']:.1f} times faster ({1000 * medians['naive']:.1f} ms against "
+         f"{1000 * medians['bucketed']:.1f} ms)", None),
+        (f"take {1000 * medians['bucketed']:.0f} ms per step", f"tardan {1000 * medians['bucketed']:.0f} ms por paso"),
+        (f"takes {1000 * medians['one process']:.0f} ms for the whole batch",
+         f"tarda {1000 * medians['one process']:.0f} ms con el lote entero"),
+        (f"that {max(s['buckets'] for s in bench['sweep'])} tiny buckets",
+         f"que {max(s['buckets'] for s in bench['sweep'])} buckets diminutos"),
+        (f"a {sgd['grad_diff']:.0e} difference".replace("e-08", "e-8"), None),
+        (f"about {sgd['grad_diff'] / sgd['weight_diff']:.0f} times smaller",
+         f"unas {sgd['grad_diff'] / sgd['weight_diff']:.0f} veces menor"),
+        (f"becomes\n{adamw['weight_diff']:.1e}".replace("e-07", "e-7"), None),
+        (f"about {adamw['weight_diff'] / sgd['weight_diff']:.0f} times more",
+         f"unas\n{adamw['weight_diff'] / sgd['weight_diff']:.0f} veces más"),
+    ]
+    messages = len(list(MiniGPT(GPTConfig()).parameters()))  # the naive DDP: one all-reduce per parameter
+    stated += [(f"sends {messages} messages", f"envía {messages} mensajes"),
+               (f"in {messages} small messages", f"en {messages} mensajes pequeños")]
+    for english, spanish in stated:
+        assert english in pages["en"], f"the English page should say {english!r}"
+        if spanish:
+            assert spanish in pages["es"], f"the Spanish page should say {spanish!r}"
+
+
+@pytest.mark.timeout(120)
+def test_accumulation_alone_diverges_at_the_same_step_as_ddp(pages):
+    """The page says the trajectory drift is not DDP's doing: one process with --accum 2 leaves one
+    with --accum 1 at the same step as the two-rank run left one process. Checked up to that step."""
+    import torch
+
+    from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+
+    first = result("01-check-adamw-cpu.json")["variants"]["bucketed"]["trajectory_drift"]["first_step_above_tolerance"]
+    configs = [TrainConfig(accum=1), TrainConfig(accum=2)]
+    models = [build_model(c) for c in configs]
+    optimizers = [build_optimizer(m, c) for m, c in zip(models, configs)]
+    probe = equivalence.probe_batch()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun rank: the thread count changes the summation order too
+    try:
+        for step in range(first + 1):
+            for model, opt, cfg in zip(models, optimizers, configs):
+                train_step(model, opt, step, cfg)
+            drift = equivalence.logit_drift(*models, probe)
+            assert (drift > equivalence.TOLERANCE) == (step == first), f"step {step}: drift {drift:.2e}"
+    finally:
+        torch.set_num_threads(threads)
+    assert f"from step {first} on" in pages["en"] and f"a partir del paso {first}" in pages["es"]
