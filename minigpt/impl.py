@@ -40,6 +40,11 @@ REFERENCE: dict[str, dict[str, str]] = {
         "assign_buckets": "minigpt.dist.ddp:assign_buckets",
         "BucketedDDP": "minigpt.dist.ddp:BucketedDDP",
     },
+    "lab02_zero": {
+        "device_memory": "minigpt.zero.memory:device_memory",
+        "zero2_step": "minigpt.zero.simulate:zero2_step",
+        "step_collectives": "minigpt.zero.comm:step_collectives",
+    },
 }
 
 

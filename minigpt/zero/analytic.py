@@ -92,9 +92,14 @@ def model_state_bytes(psi: float, n_devices: int = 1, stage: int = 0, k: int = A
 def paper_round(gigabytes: float) -> str:
     """Round a GB figure the way the ZeRO paper's Table 1 prints it.
 
-    One decimal from 10 GB up, two below, halves rounded up, trailing zeros dropped:
-    120 -> "120", 41.25 -> "41.3", 7.5 -> "7.5", 1.875 -> "1.88", 0.1171875 -> "0.12".
+    From 100 GB up the paper prints whole gigabytes, cut (not rounded): 4187.5 -> "4187",
+    513.5 -> "513", 257.75 -> "257". Below that, one decimal from 10 GB up and two below, halves
+    rounded up, trailing zeros dropped: 41.25 -> "41.3", 7.5 -> "7.5", 1.875 -> "1.88",
+    0.1171875 -> "0.12". (Read off every cell of its Table 1; ``tests/test_lab02_model.py``
+    checks all 54.)
     """
+    if gigabytes >= 100:
+        return str(math.floor(gigabytes))
     places = Decimal("0.1") if gigabytes >= 10 else Decimal("0.01")
     rounded = Decimal(repr(gigabytes)).quantize(places, rounding=ROUND_HALF_UP)
     text = format(rounded, "f")
