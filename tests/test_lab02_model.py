@@ -97,3 +97,57 @@ def test_simulator_rejects_bad_input():
         simulate.simulate(1, 0, rows=32)
     with pytest.raises(ValueError, match="widths"):
         mlp.MLPSpec((16,))
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "minigpt.zero", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_memory_and_comm_json_give_exact_bytes():
+    import json
+    out = json.loads(_cli("memory", "--params", "7.5e9", "--dp", "64", "--json").stdout)
+    assert [round(m["device"]) for m in out["stages"].values()] == \
+        [round(16 * 7.5e9), round(4 * 7.5e9 + 12 * 7.5e9 / 64), round(2 * 7.5e9 + 14 * 7.5e9 / 64), round(16 * 7.5e9 / 64)]
+    text = _cli("memory", "--params", "7.5e9", "--dp", "64").stdout
+    assert "31.4 GB" in text and "16.6 GB" in text and "1.88 GB" in text  # the paper's Table 1 row N = 64
+    hsdp = json.loads(_cli("comm", "--params", "1e9", "--nodes", "4", "--gpus-per-node", "8", "--hsdp", "--json").stdout)
+    assert (hsdp["shard_degree"], hsdp["replicas"]) == (8, 4)
+    z3 = hsdp["stages"]["ZeRO-3"]
+    assert z3["inside"] == pytest.approx(7 / 8 * 1e9 * 6) and z3["across"] == pytest.approx(2 * 3 / 4 * 1e9 / 8 * 2)
+    ds = _cli("memory", "--params", "2851e6", "--gpus-per-node", "8", "--largest-layer", "32e6", "--deepspeed").stdout
+    assert "71.69 GiB" in ds and "6.09 GiB" in ds
+
+
+@pytest.mark.parametrize("args, message", [
+    (["memory", "--params", "-1", "--dp", "4"], "--params must be positive, got -1"),
+    (["memory", "--params", "0", "--dp", "4"], "--params must be positive, got 0"),
+    (["memory", "--params", "1e9", "--dp", "4", "--stage", "5"], "stage 5 does not exist"),
+    (["memory", "--params", "1e9", "--dp", "0"], "--dp must be a positive integer, got 0"),
+    (["memory", "--params", "1e9", "--dp", "8", "--shard-degree", "3"], "shard_degree 3 does not divide the world size 8"),
+    (["comm", "--params", "1e9", "--dp", "8", "--shard-degree", "2", "--replicas", "3"], "the product must equal the world size"),
+    (["memory", "--params", "1e9", "--dp", "8", "--nodes", "3"], "--dp 8 is not a whole number"),
+    (["memory", "--params", "1e9", "--dp", "8", "--stage", "2", "--offload-params"], "--offload-params needs stage 3"),
+    (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer must be >= 0"),
+    (["simulate", "--workers", "0"], "n_workers must be a positive integer, got 0"),
+])
+def test_cli_bad_input_exits_2_and_names_the_value(args, message):
+    proc = _cli(*args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stdout == "", proc.stderr
+
+
+def test_the_simulator_command_holds_every_stage_against_the_model():
+    import json
+    out = json.loads(_cli("simulate", "--workers", "3", "--json").stdout)
+    for name, r in out["stages"].items():
+        assert r["same_weights_as_ddp"], name
+        assert (r["peak_model_state"], r["bytes_sent_per_step"]) == (r["predicted_memory"], r["predicted_bytes"]), name
+
+
+def test_the_zero_package_never_imports_torch():
+    import subprocess
+    import sys
+    code = ("import sys, minigpt.zero.cli, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

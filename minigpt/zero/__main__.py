@@ -1,0 +1,5 @@
+import sys
+
+from minigpt.zero.cli import main
+
+sys.exit(main())
