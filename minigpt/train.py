@@ -155,7 +155,11 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
             (loss / cfg.accum).backward()
         total += loss.item() / cfg.accum
     if cfg.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        # an optimizer that holds only a shard of the averaged gradient (Lab 02's ZeRO-1) knows
+        # how to take the norm of the whole; otherwise every rank holds the whole gradient
+        clip = getattr(optimizer, "clip_grad_norm_", None) or (
+            lambda max_norm: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        clip(cfg.grad_clip)
     lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
     for group in optimizer.param_groups:
         group["lr"] = lr

@@ -1,0 +1,307 @@
+"""Lab 02's cross-check: the ZeRO model against real runs of MiniGPT on two processes.
+
+    torchrun --nproc_per_node=2 lab/02_crosscheck.py --report out/lab02.json
+
+Three real ways to train the same MiniGPT, each for ``--steps`` steps from the same seed:
+
+* ``ddp``   Lab 01's hand-rolled bucketed DDP, on its hand-written ring (so the bytes are the
+            bytes really passed to send/recv) + AdamW: ZeRO stage 0;
+* ``zero1`` :class:`minigpt.dist.zero1.ZeroOneOptimizer` wrapping AdamW, no DDP: stage 1;
+* ``fsdp2`` PyTorch's ``fully_shard`` on every block and on the root + AdamW: stage 3.
+
+For each, every rank measures, per step: the bytes it sent (DDP and ZeRO-1: counted by the ring;
+FSDP2: the sizes FSDP2 passed to its all-gathers and reduce-scatters, times the ring factor
+(N-1)/N, since gloo's own traffic cannot be seen from Python), the model states it holds right
+after the optimizer step (when weights, gradients and optimizer state all exist: a census of
+tensor storages, :func:`minigpt.fsdp.memory.model_state_bytes`) and the peak of every tensor
+allocated during the step (activations included: :class:`minigpt.fsdp.memory.PeakMemory`). Beside
+each measurement it prints what :mod:`minigpt.zero` predicts for the same Ψ and N, and it checks
+every step against one process, with Lab 01's rule: the state before the step, loaded into a
+single-process MiniGPT + AdamW that takes the same step on the whole batch, must give logits
+within 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from minigpt.dist import equivalence, launch
+from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+from minigpt.zero import comm, memory
+
+PROG = "lab/02_crosscheck.py"
+VARIANTS = ("ddp", "zero1", "fsdp2")
+STAGE_OF = {"ddp": 0, "zero1": 1, "fsdp2": 3}
+
+
+@dataclass
+class Run:
+    """One variant: the module its steps run through, its parameters' owner, its optimizer."""
+
+    name: str
+    model: torch.nn.Module  # the MiniGPT whose parameters are trained
+    wrapped: torch.nn.Module  # what forward is called on
+    optimizer: torch.optim.Optimizer
+    drift: equivalence.DriftLog = field(default_factory=equivalence.DriftLog)
+    sent_per_step: list[int] = field(default_factory=list)
+    states_after_step: dict = field(default_factory=dict)
+    peak_step_bytes: int = 0
+    seconds: float = 0.0
+
+
+def zero1_param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """The same groups as :func:`minigpt.train.build_optimizer` (weight decay on matrices only)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
+    model = build_model(cfg).to(ctx.device)
+    if name == "ddp":
+        from minigpt.dist.ddp import BucketedDDP
+        wrapped = BucketedDDP(model, bucket_cap_mb=0.5, collective="ring")
+        return Run(name, model, wrapped, build_optimizer(model, cfg))
+    if name == "zero1":
+        from minigpt.dist.zero1 import ZeroOneOptimizer
+        optimizer = ZeroOneOptimizer(zero1_param_groups(model, cfg), torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.95))
+        return Run(name, model, model, optimizer)
+    from torch.distributed.fsdp import fully_shard
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return Run(name, model, model, build_optimizer(model, cfg))
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor gathered, a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Put every FSDP2 unit back to its sharded state. A forward outside training (the check's)
+    leaves the root unit gathered, since FSDP2 keeps the root's weights for a backward that never
+    comes; the next step would then skip the root's all-gather, and the module's parameters
+    would be the gathered copies, not the shards the optimizer updates."""
+    from torch.distributed.fsdp import FSDPModule
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def load_reference(run: Run, reference: torch.nn.Module, ref_optimizer: torch.optim.Optimizer) -> None:
+    """Give the single-process ``reference`` the run's current weights and optimizer state.
+    Collective for ZeRO-1 and FSDP2 (their state is sharded): every rank calls it."""
+    if run.name == "fsdp2":
+        reshard(run.model)
+    with torch.no_grad():
+        for p_ref, p in zip(reference.parameters(), run.model.parameters()):
+            p_ref.copy_(full(p.detach()))
+    if run.name == "zero1":
+        run.optimizer.load_into(ref_optimizer)
+        return
+    for p_ref, p in zip(reference.parameters(), run.model.parameters()):
+        state = run.optimizer.state.get(p)
+        if state:
+            ref_optimizer.state[p_ref] = {k: full(v).detach().clone() for k, v in state.items()}
+        else:
+            ref_optimizer.state.pop(p_ref, None)
+
+
+def bytes_sent(run: Run, counter) -> int:
+    if run.name == "ddp":
+        return run.wrapped.ring_bytes.sent
+    if run.name == "zero1":
+        return run.optimizer.counter.sent
+    n = dist.get_world_size()
+    s = counter.summary()
+    return round((n - 1) / n * (s["all_gather_bytes"] + s["reduce_scatter_bytes"]))
+
+
+def reset_bytes(run: Run) -> None:
+    if run.name == "ddp":
+        run.wrapped.ring_bytes.reset()
+    elif run.name == "zero1":
+        run.optimizer.counter.reset()
+
+
+def census(run: Run) -> dict:
+    from minigpt.fsdp.memory import model_state_bytes
+    if run.name == "ddp":
+        return model_state_bytes(run.model, run.optimizer, extra=[b.buffer for b in run.wrapped.buckets])
+    if run.name == "zero1":
+        return model_state_bytes(run.model, run.optimizer.local)
+    return model_state_bytes(run.model, run.optimizer)
+
+
+def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check: bool) -> None:
+    """``steps`` steps of ``run``, each measured and (with ``check``) held against one process."""
+    from minigpt.fsdp.memory import PeakMemory
+    from minigpt.fsdp.practice import CollectiveCounter
+
+    probe = equivalence.probe_batch(block_size=cfg.block_size)
+    reference = build_model(cfg).to(ctx.device)
+    ref_optimizer = build_optimizer(reference, cfg)
+    run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
+    for step in range(steps):
+        if check:
+            load_reference(run, reference, ref_optimizer)
+        reset_bytes(run)
+        t0 = time.perf_counter()
+        with CollectiveCounter() as counter, PeakMemory(ctx.device) as peak:
+            train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
+        run.seconds += time.perf_counter() - t0
+        run.sent_per_step.append(bytes_sent(run, counter))
+        run.peak_step_bytes = max(run.peak_step_bytes, peak.peak_bytes)
+        if check:
+            train_step(reference, ref_optimizer, step, cfg)
+            drift = torch.tensor([equivalence.logit_drift(reference, run.wrapped, probe)], dtype=torch.float64)
+            dist.all_reduce(drift, op=dist.ReduceOp.MAX)
+            run.drift.add(float(drift))
+            if run.name == "fsdp2":
+                reshard(run.model)
+
+
+# --- what the model predicts -------------------------------------------------------------------
+
+
+def fsdp2_unit_sizes(model: torch.nn.Module, world_size: int) -> tuple[list[int], list[int]]:
+    """(unpadded, padded) parameter counts of the FSDP2 units of MiniGPT: the root (what is not in
+    a block: embeddings, tied output layer, final norm) and each block. FSDP2 cuts every
+    parameter along its first dimension, padded to a multiple of the world size."""
+    def sizes(params) -> tuple[int, int]:
+        plain = padded = 0
+        for p in params:
+            rows = p.shape[0]
+            plain += p.numel()
+            padded += comm.padded(rows, world_size) * (p.numel() // rows)
+        return plain, padded
+    in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
+    root = sizes([p for p in model.parameters() if id(p) not in in_blocks])
+    blocks = [sizes(list(b.parameters())) for b in model.blocks]
+    return [root[0]] + [b[0] for b in blocks], [root[1]] + [b[1] for b in blocks]
+
+
+def prediction(name: str, psi: int, model: torch.nn.Module, world_size: int) -> dict:
+    """What Lab 02's model says for this variant (fp32 recipe: 4 + 4 + 8 bytes per parameter)."""
+    stage = STAGE_OF[name]
+    out = {"stage": stage}
+    if name == "fsdp2":
+        plain, padded = fsdp2_unit_sizes(model, world_size)
+        reshard = [False] + [True] * (len(plain) - 1)  # FSDP2 keeps the root gathered for backward
+        out["bytes"] = sum(c.bytes_sent for c in comm.unit_collectives(padded, 3, world_size, 4, 4, reshard, pad=False))
+        out["bytes_unpadded"] = sum(c.bytes_sent for c in comm.unit_collectives(plain, 3, world_size, 4, 4, reshard, pad=False))
+        out["padding_elements"] = sum(padded) - sum(plain)
+        out["model_states"] = memory.device_memory(sum(padded), world_size, 3, "fp32").device
+        return out
+    out["bytes"] = comm.bytes_per_step(psi, stage, world_size, "fp32")
+    out["model_states"] = memory.device_memory(psi, world_size, stage, "fp32").device
+    if name == "ddp":
+        out["bucket_buffers"] = 4 * psi  # Lab 01's DDP keeps one flat fp32 buffer per bucket
+    return out
+
+
+def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
+    pred = prediction(run.name, psi, run.model, ctx.world_size)
+    measured_states = run.states_after_step["total"]
+    predicted_states = pred["model_states"] + pred.get("bucket_buffers", 0)
+    sent = run.sent_per_step[-1]
+    return {
+        "stage": pred["stage"], "prediction": pred,
+        "bytes_sent_per_step": sent, "bytes_constant_over_steps": len(set(run.sent_per_step)) == 1,
+        "bytes_relative_difference": (sent - pred["bytes"]) / pred["bytes"],
+        "model_states_after_step": run.states_after_step,
+        "model_states_relative_difference": (measured_states - predicted_states) / predicted_states,
+        "peak_bytes_during_step": run.peak_step_bytes,
+        "step_drift": run.drift.summary(), "seconds_per_step": run.seconds / max(1, len(run.sent_per_step)),
+    }
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description="Lab 02: the ZeRO model against real runs "
+                                "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.")
+    p.add_argument("--steps", type=int, default=20, help="steps per variant (default 20)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    p.add_argument("--report", help="write the measurements as JSON here")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r} in --variants; choose from {', '.join(VARIANTS)}")
+    if not variants:
+        raise ValueError("--variants is empty; choose from " + ", ".join(VARIANTS))
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout must be positive, got {args.timeout:g}")
+    return variants
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        from minigpt.dist.crosscheck_tables import render_files
+        for path in render_files(args.render):
+            print(f"wrote {path}")
+        return 0
+    try:
+        variants = check_args(args)
+    except ValueError as exc:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    ctx = launch.init(args.timeout)
+    cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
+    results = {}
+    try:
+        for name in variants:
+            run = build(name, cfg, ctx)
+            psi = run.model.num_params()
+            train(run, cfg, ctx, args.steps, not args.no_check)
+            results[name] = summarize(run, psi, ctx)
+            launch.log(ctx, f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
+                            f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
+                            f"{results[name]['step_drift']['max']:.2e}")
+    except (RuntimeError, dist.DistError) as exc:
+        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n"
+                         "  a peer rank probably died or stopped answering; the other ranks stop too")
+    report = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+              "params": psi, "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
+              "tolerance": equivalence.TOLERANCE, "variants": results,
+              "passed": all(r["step_drift"]["max"] <= equivalence.TOLERANCE for r in results.values())
+              if not args.no_check else None}
+    # every rank's own numbers: the report keeps rank 0's and says whether the others agree
+    every = [None] * ctx.world_size
+    dist.all_gather_object(every, {k: (r["bytes_sent_per_step"], r["model_states_after_step"]["total"])
+                                   for k, r in results.items()})
+    report["per_rank"] = every
+    if ctx.is_main:
+        from minigpt.dist.crosscheck_tables import console_table
+        print(console_table(report))
+        if args.report:
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(args.report).with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=2) + "\n")
+            os.replace(tmp, args.report)
+            launch.log(ctx, f"report written to {args.report}")
+    launch.teardown()
+    return 0 if report["passed"] in (True, None) else 1

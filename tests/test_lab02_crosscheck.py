@@ -1,0 +1,88 @@
+"""Lab 02's cross-check on real runs: two gloo processes train MiniGPT with Lab 01's DDP, the
+ZeRO-1 optimizer and FSDP2; bytes and model states per rank must agree with the ZeRO model, and
+every step with one process (logit drift <= 1e-5). One torchrun launch for all of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minigpt.dist.crosscheck_tables import markdown
+from tests.launcher import ROOT, free_port
+
+RESULTS = ROOT / "lab" / "results"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab02") / "lab02.json"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(torchrun), "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                           f"--master_port={free_port()}", "lab/02_crosscheck.py", "--steps", "3",
+                           "--report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_bytes_per_rank_agree_with_the_model(report):
+    data, _ = report
+    assert set(data["variants"]) == {"ddp", "zero1", "fsdp2"}
+    psi = data["params"]
+    for name, r in data["variants"].items():
+        assert abs(r["bytes_relative_difference"]) < 0.01, name
+        assert r["bytes_constant_over_steps"], name
+    # N = 2: DDP's ring all-reduce and ZeRO-1's reduce-scatter + all-gather both send 4Ψ bytes
+    # (ZeRO-1 adds the 4 bytes of the squared-norm all-reduce of gradient clipping)
+    assert data["variants"]["ddp"]["bytes_sent_per_step"] == 4 * psi
+    assert data["variants"]["zero1"]["bytes_sent_per_step"] == 4 * psi + 4
+    fsdp = data["variants"]["fsdp2"]
+    assert fsdp["bytes_sent_per_step"] == fsdp["prediction"]["bytes"]
+    assert fsdp["prediction"]["padding_elements"] > 0  # 609 rows of the embedding, padded to 610
+
+
+def test_model_states_agree_with_the_model(report):
+    data, _ = report
+    psi, n = data["params"], data["world_size"]
+    for name, r in data["variants"].items():
+        assert abs(r["model_states_relative_difference"]) < 1e-3, name
+    # the shards really are 1/N: ZeRO-1's optimizer state, FSDP2's everything
+    zero1 = data["variants"]["zero1"]["model_states_after_step"]
+    assert zero1["optimizer"] == pytest.approx(8 * psi / n, rel=1e-3)
+    assert zero1["parameters"] == 4 * psi and zero1["gradients"] == 4 * psi
+    assert data["variants"]["fsdp2"]["model_states_after_step"]["total"] < \
+        0.5 * data["variants"]["ddp"]["model_states_after_step"]["total"]
+    # every rank measured the same bytes; model states differ only by uneven chunks (a few elements)
+    for rank in data["per_rank"]:
+        for name, (sent, states) in rank.items():
+            assert sent == data["per_rank"][0][name][0], name
+            assert states == pytest.approx(data["per_rank"][0][name][1], rel=1e-4), name
+
+
+def test_every_step_matches_one_process(report):
+    data, stdout = report
+    assert data["passed"] is True and "PASS" in stdout
+    for name, r in data["variants"].items():
+        assert 0 <= r["step_drift"]["max"] <= 1e-5, name
+
+
+def test_bad_input_exits_2_before_any_process_group():
+    for args, message in [(["--steps", "0"], "--steps must be at least 1, got 0"),
+                          (["--variants", "ddp,zero9"], "unknown variant 'zero9'")]:
+        proc = subprocess.run([sys.executable, "lab/02_crosscheck.py", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_the_committed_measurement_and_its_tables():
+    data = json.loads((RESULTS / "02-crosscheck-cpu.json").read_text())
+    assert data["passed"] is True and data["world_size"] == 2 and data["backend"] == "gloo"
+    for name, r in data["variants"].items():
+        assert abs(r["bytes_relative_difference"]) < 0.01, name
+    for lang in ("en", "es"):
+        assert (RESULTS / f"02-crosscheck-cpu-{lang}.txt").read_text() == markdown(data, lang)
