@@ -57,11 +57,13 @@ def test_model_states_agree_with_the_model(report):
     assert zero1["parameters"] == 4 * psi and zero1["gradients"] == 4 * psi
     assert data["variants"]["fsdp2"]["model_states_after_step"]["total"] < \
         0.5 * data["variants"]["ddp"]["model_states_after_step"]["total"]
-    # every rank measured the same bytes; model states differ only by uneven chunks (a few elements)
+    # every rank measured the same bytes; model states differ only by uneven chunks: ZeRO-1's
+    # chunks differ by one element, and FSDP2's last rank holds one row less of the 609-row
+    # embedding's optimizer state (its weight shard is padded, Adam's m and v are not)
     for rank in data["per_rank"]:
         for name, (sent, states) in rank.items():
             assert sent == data["per_rank"][0][name][0], name
-            assert states == pytest.approx(data["per_rank"][0][name][1], rel=1e-4), name
+            assert states == pytest.approx(data["per_rank"][0][name][1], rel=1e-3), name
 
 
 def test_every_step_matches_one_process(report):
