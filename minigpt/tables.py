@@ -375,6 +375,9 @@ FIGURES: dict[str, Callable[[Path, str], None]] = {
     "zero-memory-per-device": figures.plot_zero_memory,
     "ring-traffic": figures.plot_ring_traffic,
     "pipeline-schedule": figures.plot_pipeline_schedule,
+    "zero-comm-per-step": figures.plot_zero_comm,
+    "hsdp-tradeoff": figures.plot_hsdp_tradeoff,
+    "zero-sim-timeline": figures.plot_sim_timeline,
 }
 
 
