@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from minigpt import figures
+from minigpt import figures, tables_lab02
 from minigpt.lang import LANGS, localize, num, pct, sci, size, tr
 from minigpt.zero import analytic as za
 
@@ -370,6 +370,8 @@ TABLES: dict[str, Callable[[str], str]] = {
     "checkpoint-sizes": checkpoint_sizes,
     "grad-norm-shards": grad_norm_shards,
 }
+
+TABLES.update(tables_lab02.TABLES)  # Lab 02's page
 
 FIGURES: dict[str, Callable[[Path, str], None]] = {
     "zero-memory-per-device": figures.plot_zero_memory,

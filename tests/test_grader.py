@@ -17,7 +17,7 @@ import pytest
 from minigpt import impl
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = {"00": "MiniGPT and the baseline", "01": "DDP from scratch"}
+LABS = {"00": "MiniGPT and the baseline", "01": "DDP from scratch", "02": "ZeRO simulator"}
 GRADED_FILES = [f"tests/test_lab{lab}.py" for lab in LABS]
 
 
@@ -72,7 +72,7 @@ def test_untouched_stubs_score_zero_quickly_with_specific_messages():
     assert proc.returncode == 1, proc.stdout[-3000:]
     for lab in LABS:
         assert score(proc.stdout, lab) == (0, lab_points(lab)), lab
-    for exercise in ("0.1", "0.2", "0.3", "0.4", "1.1", "1.2"):
+    for exercise in ("0.1", "0.2", "0.3", "0.4", "1.1", "1.2", "2.1", "2.2", "2.3"):
         assert re.search(rf"lost \d pt: test_[\w\[\]]+: Exercise {re.escape(exercise)}: ", proc.stdout), exercise
     assert seconds < 90, f"grading the stubs took {seconds:.0f} s"
 
@@ -81,7 +81,9 @@ def test_classic_mistakes_lose_exactly_their_points():
     """tests/pitfalls/ holds classic mistakes: for Lab 00 a transposed mask, a per-token loss and
     rows silently dropped (and one correct answer); for Lab 01 a ring that passes whole tensors,
     buckets launched in arrival order, no_sync ignored, and no check for a parameter without
-    gradient. Each mistake must cost exactly the tests written to catch it."""
+    gradient; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
+    gradients, and HSDP replicas that all-reduce the whole gradient. Each mistake must cost
+    exactly the tests written to catch it."""
     proc, _ = run_graded("exercises", ROOT / "tests" / "pitfalls")
     assert lost(proc.stdout) == {
         "test_causal_mask_values": 2,
@@ -94,9 +96,14 @@ def test_classic_mistakes_lose_exactly_their_points():
         "test_ddp_launches_buckets_in_the_same_order_on_every_rank": 1,
         "test_ddp_no_sync_accumulates_locally": 1,
         "test_ddp_unused_parameter_is_an_error_that_names_it": 1,
+        "test_recipes_and_working_buffer": 2,
+        "test_offload": 2,
+        "test_zero2_holds_what_the_model_predicts": 2,
+        "test_hsdp_traffic_inside_and_across": 2,
     }, proc.stdout[-3000:]
     assert score(proc.stdout, "00") == (lab_points("00") - 8, lab_points("00"))
     assert score(proc.stdout, "01") == (lab_points("01") - 6, lab_points("01"))
+    assert score(proc.stdout, "02") == (lab_points("02") - 8, lab_points("02"))
 
 
 def test_a_broken_ddp_loses_the_ddp_points():

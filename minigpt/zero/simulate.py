@@ -292,7 +292,7 @@ def zero1_step(c: Cluster, xs, ys, rows: int, step: int) -> float:
     return loss
 
 
-def zero2_step(c: Cluster, xs, ys, rows: int, step: int) -> float:
+def zero2_step(c: Cluster, xs: list, ys: list, rows: int, step: int) -> float:
     loss = _forward_whole(c, xs, ys, rows)
     for u in reversed(c.units):
         grads = [w.hold("unitgrad", "working", c.backward_unit(w, u, w.get(f"weights{u}"))) for w in c.workers]
