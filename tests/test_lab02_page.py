@@ -1,0 +1,78 @@
+"""The Lab 02 guide states measured numbers; each one is tied here to the committed measurement
+(lab/results/02-crosscheck-cpu.json, written by ``torchrun --nproc_per_node=2
+lab/02_crosscheck.py --report ...``) or to the code that computes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minigpt.dist.crosscheck_tables import markdown
+from minigpt.lang import num, sci
+from minigpt.zero import memory, simulate
+from tests.test_grader import lab_points
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = {"en": ROOT / "lab" / "02-zero-simulator.md", "es": ROOT / "lab" / "02-zero-simulator.es.md"}
+REPORT = json.loads((ROOT / "lab" / "results" / "02-crosscheck-cpu.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    return {lang: path.read_text(encoding="utf-8") for lang, path in PAGES.items()}
+
+
+def pct(x: float, lang: str, decimals: int) -> str:
+    return num(100 * x, lang, decimals) + ("%" if lang == "en" else " %")
+
+
+def stated_numbers(lang: str) -> list[str]:
+    """Every number the prose of section 6 and the notes state, written the page's way."""
+    v = REPORT["variants"]
+    psi, n = REPORT["params"], REPORT["world_size"]
+    ddp, zero1, fsdp = v["ddp"], v["zero1"], v["fsdp2"]
+    ddp_optimizer_extra = ddp["model_states_after_step"]["optimizer"] - 8 * psi  # AdamW's step counters
+    # the first, broken, version skipped the root's all-gather: (N-1)/N of the padded root, 4 bytes each
+    from minigpt.dist.crosscheck import fsdp2_unit_sizes
+    from minigpt.train import TrainConfig, build_model
+    _, padded_units = fsdp2_unit_sizes(build_model(TrainConfig()), n)
+    without_root = fsdp["prediction"]["bytes"] - (n - 1) / n * 4 * padded_units[0]
+    worst_drift = max(r["step_drift"]["max"] for r in v.values())
+    one = [simulate.simulate(stage, 1, steps=1, rows=32).peak_model_state[0] for stage in (0, 2, 3)]
+    ds2 = memory.deepspeed_rows(2, 2851e6, gpus_per_node=8)[1].gpu / 2**30
+    return [
+        num(psi, lang), num(ddp["bytes_sent_per_step"], lang), num(zero1["model_states_after_step"]["optimizer"], lang),
+        num(fsdp["bytes_sent_per_step"], lang), num(fsdp["prediction"]["bytes_unpadded"], lang),
+        num(fsdp["model_states_after_step"]["total"], lang), str(fsdp["prediction"]["padding_elements"]),
+        pct((fsdp["prediction"]["bytes"] - fsdp["prediction"]["bytes_unpadded"]) / fsdp["prediction"]["bytes"], lang, 3),
+        pct(fsdp["model_states_after_step"]["total"] / ddp["model_states_after_step"]["total"], lang, 0),
+        f"{ddp_optimizer_extra} bytes",
+        str(ddp_optimizer_extra // 4),
+        pct(1 - without_root / fsdp["prediction"]["bytes"], lang, 1),
+        sci(worst_drift, lang),
+        *(num(x, lang) for x in one),
+        num(ds2, lang, 2) + " GiB",
+        str(REPORT["steps"]),
+        str(lab_points("02")),
+    ]
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_every_number_in_the_prose_is_measured(pages, lang):
+    missing = [x for x in stated_numbers(lang) if x not in pages[lang]]
+    assert not missing, f"{lang}: these measured numbers are not on the page: {missing}"
+
+
+def test_the_crosscheck_table_is_rendered_from_the_measurement():
+    for lang in ("en", "es"):
+        assert (ROOT / "lab" / "results" / f"02-crosscheck-cpu-{lang}.txt").read_text() == markdown(REPORT, lang)
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_the_points_table_adds_up(pages, lang):
+    import re
+    rows = re.findall(r"^\| 2\.(\d) \|.*\| (\d+) \|$", pages[lang], re.M)
+    assert [e for e, _ in rows] == ["1", "2", "3"]
+    assert sum(int(p) for _, p in rows) == lab_points("02")
