@@ -1,0 +1,14 @@
+"""Lab 03: FSDP prefetch. Run PyTorch's real FSDP (fully_shard and FullyShardedDataParallel) on
+MiniGPT with every prefetch setting; trace, time and check each against one process.
+
+    torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --trace-dir out/lab03
+
+The code lives in minigpt/fsdp/ (prefetch_lab.py, trace.py, timeline.py).
+"""
+
+import sys
+
+from minigpt.fsdp.prefetch_lab import main
+
+if __name__ == "__main__":
+    sys.exit(main())

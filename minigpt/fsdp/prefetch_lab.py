@@ -1,0 +1,540 @@
+"""Lab 03: PyTorch's real FSDP on MiniGPT, with every prefetch setting, traced and checked.
+
+    torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --trace-dir out/lab03
+    torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --variants fsdp2-implicit,fsdp1-backward-post --steps 5
+    python lab/03_fsdp_prefetch.py --render lab/results/03-prefetch-cpu.json
+
+FSDP cuts the model into *units*: here each transformer block is one unit and the root (the
+embeddings, the final norm and the tied output layer) is another. Between uses, every rank keeps
+only its shard (1/N) of a unit's parameters. Before a unit computes, an **all-gather** makes its
+parameters whole on every rank; after it, they are freed again (resharded); after its backward,
+a **reduce-scatter** leaves each rank the averaged gradient of its own shard. **Prefetching**
+issues a unit's all-gather *before* the unit needs it - while an earlier unit computes - so that
+the communication hides behind computation instead of stopping it.
+
+The variants (:data:`VARIANTS`), each trained ``--steps`` steps (the first steps of
+:class:`~minigpt.train.TrainConfig`'s AdamW schedule) from the same seed, taking turns step by step:
+
+* FSDP2 (``fully_shard`` per block, then the root): ``fsdp2-implicit`` (the defaults: in backward,
+  each unit's pre-backward prefetches the unit before it); ``fsdp2-explicit-forward`` (each unit
+  prefetches the next one in forward, ``set_modules_to_forward_prefetch``);
+  ``fsdp2-explicit-backward`` (each unit prefetches the *two* units before it in backward,
+  ``set_modules_to_backward_prefetch``); ``fsdp2-no-reshard`` (``reshard_after_forward=False``:
+  blocks stay whole from forward to backward, so backward gathers nothing);
+  ``fsdp2-async-unshard`` (the defaults with asynchronous unshards) and ``fsdp2-async-explicit``
+  (asynchronous unshards with both explicit prefetches).
+* FSDP1 (``FullyShardedDataParallel`` with ``ModuleWrapPolicy({Block})``): ``fsdp1-no-prefetch``
+  (``backward_prefetch=None``), ``fsdp1-backward-pre`` (``BACKWARD_PRE``, its default),
+  ``fsdp1-backward-post`` (``BACKWARD_POST``: prefetch after a block's backward, not before) and
+  ``fsdp1-forward-prefetch`` (``forward_prefetch=True``, from the second step on: it follows the
+  order recorded in the first).
+
+On a CPU with gloo a blocking all-gather blocks: prefetching then changes *when* an all-gather is
+issued but nothing runs beside the computation. Only the asynchronous unshard lets gloo's own
+thread gather while the training thread computes (on a GPU, FSDP's separate CUDA streams do that
+for every variant). FSDP1 needs ``device_id=torch.device("cpu")`` to run on a CPU at all.
+
+For every variant the lab records (:mod:`minigpt.fsdp.trace`) the order of events, a timeline
+figure, the all-gathers, reduce-scatters and all-reduces per step, the bytes each rank sends, the
+step time and the exposed communication time; and it checks equivalence with one process by
+Lab 01's rule: before each step the full parameters and optimizer state are gathered into a
+single-process MiniGPT, which takes the same step on the whole global batch; the largest
+|logit difference| on the probe batch after the two steps must be <= 1e-5. (The FSDP model's
+parameters after the step are gathered in full - an exact copy - into a plain MiniGPT for the
+probe, so no rank runs FSDP alone; the one-process steps are shared out between the ranks.)
+:func:`predict_event_order` states, from how FSDP works, the order in which each variant issues
+its all-gathers and reduce-scatters; the lab compares it with what really happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from minigpt import grammar
+from minigpt.dist import equivalence, launch
+from minigpt.fsdp.trace import FSDP1_WRAPPED, FSDPTracer, event_log
+from minigpt.model import Block, MiniGPT
+from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step, validate
+
+PROG = "lab/03_fsdp_prefetch.py"
+DEFAULT_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running FSDP. Depths count units: 1 = the next (forward) or previous (backward) one."""
+
+    api: str                          # "fsdp2" (fully_shard) or "fsdp1" (FullyShardedDataParallel)
+    en: str
+    es: str
+    forward_prefetch: int = 0         # units a pre-forward all-gathers ahead (0: none; FSDP2: an explicit list)
+    backward_prefetch: int = 1        # units a pre-backward all-gathers ahead (0: none)
+    explicit_backward: bool = False   # FSDP2: backward prefetch lists set by hand, not FSDP's default
+    backward_post: bool = False       # FSDP1 BACKWARD_POST: prefetch after a block's backward
+    reshard_after_forward: bool = True
+    async_unshard: bool = False       # FSDP2: pre-forward/pre-backward unshards with async_op=True
+
+
+VARIANTS: dict[str, Variant] = {
+    "fsdp2-implicit": Variant("fsdp2", "FSDP2 defaults (implicit backward prefetch)",
+                              "FSDP2 por defecto (precarga implícita en el backward)"),
+    "fsdp2-explicit-forward": Variant("fsdp2", "FSDP2, explicit forward prefetch of the next block",
+                                      "FSDP2, precarga explícita del bloque siguiente en el forward",
+                                      forward_prefetch=1),
+    "fsdp2-explicit-backward": Variant("fsdp2", "FSDP2, explicit backward prefetch of the two previous blocks",
+                                       "FSDP2, precarga explícita de los dos bloques anteriores en el backward",
+                                       backward_prefetch=2, explicit_backward=True),
+    "fsdp2-no-reshard": Variant("fsdp2", "FSDP2, reshard_after_forward=False",
+                                "FSDP2, reshard_after_forward=False", reshard_after_forward=False),
+    "fsdp2-async-unshard": Variant("fsdp2", "FSDP2 defaults, asynchronous unshard",
+                                   "FSDP2 por defecto, unshard asíncrono", async_unshard=True),
+    "fsdp2-async-explicit": Variant("fsdp2", "FSDP2, asynchronous unshard, explicit prefetch (forward 1, backward 2)",
+                                    "FSDP2, unshard asíncrono, precarga explícita (forward 1, backward 2)",
+                                    forward_prefetch=1, backward_prefetch=2, explicit_backward=True, async_unshard=True),
+    "fsdp1-no-prefetch": Variant("fsdp1", "FSDP1, backward_prefetch=None", "FSDP1, backward_prefetch=None",
+                                 backward_prefetch=0),
+    "fsdp1-backward-pre": Variant("fsdp1", "FSDP1, BACKWARD_PRE (its default)", "FSDP1, BACKWARD_PRE (por defecto)"),
+    "fsdp1-backward-post": Variant("fsdp1", "FSDP1, BACKWARD_POST", "FSDP1, BACKWARD_POST", backward_post=True),
+    "fsdp1-forward-prefetch": Variant("fsdp1", "FSDP1, forward_prefetch=True (and BACKWARD_PRE)",
+                                      "FSDP1, forward_prefetch=True (y BACKWARD_PRE)", forward_prefetch=1),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# What each variant should do: the order of one step's all-gathers, derived from FSDP's rules
+
+
+def predict_event_order(n_blocks: int, variant: str) -> list[str]:
+    """The training thread's order, in one step after the first, of ``"all-gather U"``,
+    ``"forward B"``, ``"backward B"`` (a block's computation starts) and ``"reduce-scatter U"``.
+
+    The rules, as FSDP's code applies them (for 2 or more ranks; one rank gathers nothing):
+
+    * A unit's pre-forward (pre-backward) all-gathers it unless it is already gathered or in
+      flight, then all-gathers the ``forward_prefetch`` next (``backward_prefetch`` previous)
+      units; then the unit computes: the root its embeddings, a block itself.
+    * After its forward a block is resharded (unless ``reshard_after_forward`` is off); the root
+      is not: backward is about to use it. Backward begins with the root's pre-backward.
+    * A unit's post-backward reshards it (BACKWARD_POST then prefetches the previous units) and
+      reduce-scatters its gradients. FSDP2 runs it when the gradient reaches the unit's input,
+      right after the block's backward (the root's at the very end). FSDP1 runs it when the
+      unit's flat parameter has its gradient, and the autograd engine runs the most recently
+      created work first: the flat parameter is reached through views made when the unit was
+      gathered in forward, so its post-backward waits for the backward of every computation
+      that began after that gather. A block prefetched in forward therefore reduce-scatters
+      only after the backward of the computation before it.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if n_blocks < 1:
+        raise ValueError(f"n_blocks must be at least 1, got {n_blocks}")
+    v = VARIANTS[variant]
+    blocks = [f"blocks.{i}" for i in range(n_blocks)]
+    order: list[str] = []
+    gathered: set[str] = set()
+    waits_for: dict[str, str] = {}  # unit -> the computation its post-backward waits for
+    gathered_since_last_compute: list[str] = []
+
+    def all_gather(unit: str) -> None:
+        if unit not in gathered:
+            gathered.add(unit)
+            order.append(f"all-gather {unit}")
+            gathered_since_last_compute.append(unit)  # (only read in forward)
+
+    def compute_starts(computation: str) -> None:
+        for unit in gathered_since_last_compute:
+            waits_for[unit] = computation if v.api == "fsdp1" else ("embeddings" if unit == "root" else unit)
+        gathered_since_last_compute.clear()
+
+    units = ["root", *blocks]  # forward order
+    for i, unit in enumerate(units):
+        all_gather(unit)
+        for ahead in units[i + 1: i + 1 + v.forward_prefetch]:
+            all_gather(ahead)
+        compute_starts("embeddings" if unit == "root" else unit)
+        if unit != "root":
+            order.append(f"forward {unit}")
+            if v.reshard_after_forward:
+                gathered.discard(unit)
+
+    def post_backward(unit: str) -> None:
+        gathered.discard(unit)
+        if v.backward_post and unit != "root":
+            i = blocks.index(unit)
+            for ahead in reversed(blocks[max(0, i - v.backward_prefetch): i]):
+                all_gather(ahead)
+        order.append(f"reduce-scatter {unit}")
+
+    def post_backwards_after(computation: str) -> None:
+        ready = [u for u in reversed(list(waits_for)) if waits_for[u] == computation]  # latest gathered first
+        for unit in ready:
+            post_backward(unit)
+
+    pre_depth = 0 if v.backward_post else v.backward_prefetch
+    for ahead in reversed(blocks[len(blocks) - pre_depth:]):  # the root's pre-backward
+        all_gather(ahead)
+    for i in reversed(range(n_blocks)):
+        all_gather(blocks[i])
+        for ahead in reversed(blocks[max(0, i - pre_depth): i]):
+            all_gather(ahead)
+        order.append(f"backward {blocks[i]}")
+        post_backwards_after(blocks[i])
+    post_backwards_after("embeddings")  # the last computation of backward
+    return order
+
+
+def predict_all_gather_order(n_blocks: int, variant: str) -> list[str]:
+    """The units whose parameters are all-gathered in one step, in issue order (forward, then
+    backward), e.g. ``["root", "blocks.0", ..., "blocks.3", "blocks.3", ..., "blocks.0"]``."""
+    prefix = "all-gather "
+    return [e[len(prefix):] for e in predict_event_order(n_blocks, variant) if e.startswith(prefix)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Wrapping MiniGPT
+
+
+def wrap(variant: Variant, model: MiniGPT, device: torch.device) -> tuple[nn.Module, list]:
+    """The wrapped model, and the ``(name, inner, outer)`` blocks :class:`FSDPTracer` hooks."""
+    if variant.api == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        blocks = list(model.blocks)
+        for block in blocks:
+            fully_shard(block, reshard_after_forward=variant.reshard_after_forward)
+        fully_shard(model)
+        units = [model, *blocks]  # forward order
+        if variant.forward_prefetch:
+            for i, unit in enumerate(units):
+                unit.set_modules_to_forward_prefetch(blocks[i: i + variant.forward_prefetch])
+        if variant.explicit_backward:
+            for i, unit in enumerate(units):  # backward: the root first, then blocks 3, 2, 1, 0
+                before = blocks[:i - 1] if unit is not model else blocks
+                unit.set_modules_to_backward_prefetch(before[::-1][:variant.backward_prefetch])
+        if variant.async_unshard:
+            model._set_unshard_async_op(True)  # every FSDP module below the root too
+        return model, [(f"blocks.{i}", b, b) for i, b in enumerate(blocks)]
+    from torch.distributed.fsdp import BackwardPrefetch, FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    backward = None
+    if variant.backward_prefetch:
+        backward = BackwardPrefetch.BACKWARD_POST if variant.backward_post else BackwardPrefetch.BACKWARD_PRE
+    wrapped = FullyShardedDataParallel(
+        model, auto_wrap_policy=ModuleWrapPolicy({Block}), backward_prefetch=backward,
+        forward_prefetch=variant.forward_prefetch > 0, use_orig_params=True,  # named parameters for AdamW's groups
+        device_id=device)  # on a CPU FSDP1 refuses to start without device_id=torch.device("cpu")
+    return wrapped, [(f"blocks.{i}", b.module, b) for i, b in enumerate(wrapped.module.blocks)]
+
+
+def sharded_optimizer(wrapped: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer :func:`minigpt.train.build_optimizer` makes, over the sharded parameters.
+
+    Its groups (weight decay on matrices only) are chosen by parameter name, since FSDP1 shows
+    each parameter as a flat 1-D shard: the hyperparameters come from ``build_optimizer`` itself.
+    """
+    template_model = build_model(cfg)
+    template = build_optimizer(template_model, cfg)
+    group_of = {name: g for g, group in enumerate(template.param_groups)
+                for name, p in template_model.named_parameters() if any(p is q for q in group["params"])}
+    groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": []} for group in template.param_groups]
+    for name, p in wrapped.named_parameters():
+        groups[group_of[name.replace(FSDP1_WRAPPED, "")]]["params"].append(p)
+    return type(template)(groups)
+
+
+def clip_gradients(variant: Variant, wrapped: nn.Module, max_norm: float) -> None:
+    if variant.api == "fsdp1":  # each rank holds a flat shard: FSDP1 all-reduces the norm itself
+        wrapped.clip_grad_norm_(max_norm)
+    else:  # FSDP2 gradients are DTensors: the ordinary function computes the global norm
+        torch.nn.utils.clip_grad_norm_(wrapped.parameters(), max_norm)
+
+
+def full_state(wrapped: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The whole model and optimizer state, gathered on every rank (a collective call)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    with warnings.catch_warnings():  # FSDP1 on one rank (NO_SHARD) says at every call that it returns it whole
+        warnings.filterwarnings("ignore", message=".*NO_SHARD.*full_state_dict will be returned")
+        model_state, optim_state = get_state_dict(wrapped, optimizer, options=StateDictOptions(full_state_dict=True))
+    return ({k: v.detach().cpu().clone() for k, v in model_state.items()},
+            {name: {k: v.cpu().clone() if torch.is_tensor(v) else v for k, v in s.items()}
+             for name, s in optim_state["state"].items()})
+
+
+def load_full_state(model: MiniGPT, optimizer: torch.optim.Optimizer, state: tuple[dict, dict]) -> None:
+    """Put a :func:`full_state` into a single-process model and its ``build_optimizer``."""
+    model_state, optim_state = state
+    model.load_state_dict(model_state)
+    name_of = {id(p): name for name, p in model.named_parameters()}
+    template = optimizer.state_dict()
+    per_index = {}
+    for saved, group in zip(template["param_groups"], optimizer.param_groups):
+        for index, p in zip(saved["params"], group["params"]):
+            if name_of[id(p)] in optim_state:
+                per_index[index] = copy.deepcopy(optim_state[name_of[id(p)]])
+    optimizer.load_state_dict({"state": per_index, "param_groups": template["param_groups"]})
+
+
+# ----------------------------------------------------------------------------------------------
+# The variants take turns: step k of every variant, then step k + 1 of every variant, so a slow
+# moment of a shared machine slows all of them alike
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class VariantRun:
+    """One variant: its wrapped model, optimizer and tracer, and what it measured on this rank."""
+
+    def __init__(self, name: str, cfg: TrainConfig, ctx: launch.DistContext):
+        self.name, self.variant, self.cfg, self.ctx = name, VARIANTS[name], cfg, ctx
+        wrapped, blocks = wrap(self.variant, build_model(cfg).to(ctx.device), ctx.device)
+        self.wrapped, self.optimizer = wrapped, sharded_optimizer(wrapped, cfg)
+        self.tracer = FSDPTracer(wrapped, self.variant.api, blocks)
+        self.step_times: list[float] = []
+        self.losses: list[float] = []
+        # the full state before and after the last step (before step 0: the seed's weights, no optimizer state)
+        self.before: tuple[dict, dict] | None = None
+        self.after = ({k: v.detach().cpu().clone() for k, v in build_model(cfg).state_dict().items()}, {})
+
+    def train_step(self, step: int) -> None:
+        """One traced, timed step on this rank's slice of the global batch; then gather the state."""
+        cfg, ctx = self.cfg, self.ctx
+        x, y, mask = (t.to(ctx.device) for t in grammar.get_batch(
+            "train", step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size))
+        self.wrapped.train()
+        dist.barrier()  # the ranks start the step together
+        synchronize(ctx.device)
+        t0 = time.perf_counter()
+        with self.tracer, self.tracer.step(step):  # forward and backward: where FSDP communicates
+            _, loss = self.wrapped(x, y, mask)
+            self.tracer.enter_backward()
+            loss.backward()
+        clip_gradients(self.variant, self.wrapped, cfg.grad_clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        synchronize(ctx.device)
+        self.step_times.append(time.perf_counter() - t0)
+        self.losses.append(loss.item())
+        self.before, self.after = self.after, full_state(self.wrapped, self.optimizer)
+
+    def measurements(self) -> dict:
+        """What rank 0 needs from this rank to write the report."""
+        last = self.tracer.steps[-1]
+        return {"step_times": self.step_times, "losses": self.losses,
+                "summaries": [record.summary() for record in self.tracer.steps],
+                "last_events": last.events, "last_schedule": last.schedule(), "log": event_log(last, self.ctx.rank)}
+
+
+class OneProcess:
+    """Lab 01's check: from a run's full state before a step, one process takes the same step on
+    the whole global batch; its logits on the probe batch are compared with the run's after it."""
+
+    def __init__(self, cfg: TrainConfig, device: torch.device):
+        self.cfg = cfg
+        self.model, self.run_model = build_model(cfg).to(device), build_model(cfg).to(device)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.probe = equivalence.probe_batch(block_size=cfg.block_size)
+
+    def step_drift(self, run: VariantRun, step: int) -> float:
+        load_full_state(self.model, self.optimizer, run.before)
+        train_step(self.model, self.optimizer, step, self.cfg)  # one process, the whole global batch
+        self.run_model.load_state_dict(run.after[0])            # the FSDP model's parameters after the step
+        return equivalence.logit_drift(self.model, self.run_model, self.probe)
+
+
+def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int, n_layer: int) -> dict:
+    """One variant's entry in the report, from every rank's :meth:`VariantRun.measurements`."""
+    variant, steps = VARIANTS[name], len(drifts)
+    later = range(1, steps) if steps > 1 else range(steps)  # the first step records FSDP's order
+    step_times = [max(r["step_times"][s] for r in ranks) for s in later]  # the slowest rank sets the pace
+    exposed = [statistics.mean(r["summaries"][s]["exposed_s"] for r in ranks) for s in later]
+    last = [r["summaries"][-1] for r in ranks]
+    predicted = predict_event_order(n_layer, name) if world_size > 1 else None
+    return {
+        "api": variant.api, "description": {"en": variant.en, "es": variant.es},
+        "step_drift": drifts, "max_step_drift": max(drifts), "passed": max(drifts) <= equivalence.TOLERANCE,
+        "calls_per_step": last[0]["calls"],
+        "calls_same_every_step_and_rank": all(r["summaries"][s]["calls"] == last[0]["calls"] for r in ranks for s in later),
+        "sent_bytes_per_step": [s["sent_bytes"] for s in last],  # per rank
+        "input_bytes_per_step": [s["input_bytes"] for s in last],
+        "output_bytes_per_step": [s["output_bytes"] for s in last],
+        "median_step_s": statistics.median(step_times), "median_exposed_s": statistics.median(exposed),
+        "step_s": [r["step_times"] for r in ranks], "exposed_s": [[s["exposed_s"] for s in r["summaries"]] for r in ranks],
+        "final_loss": statistics.mean(r["losses"][-1] for r in ranks),
+        "all_gather_order": [s["all_gather_order"] for s in last],
+        "all_gather_phases": [[e["phase"] for e in r["last_events"] if e["what"] == "all-gather issued"] for r in ranks],
+        "schedule": [r["last_schedule"] for r in ranks],
+        "predicted_schedule": predicted,
+        "prediction_matches": None if predicted is None else all(r["last_schedule"] == predicted for r in ranks),
+        "last_step_events": [r["last_events"] for r in ranks],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--variants", default="all", help=f"comma-separated, or all: {', '.join(VARIANTS)}")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps per variant (the first of "
+                   "TrainConfig's schedule)")
+    p.add_argument("--seed", type=int, default=0, help="the weights and batches of every variant")
+    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
+    p.add_argument("--trace-dir", metavar="DIR", help="write per variant its event log and timeline figures (rank 0)")
+    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S,
+                   help="seconds any collective may wait for a peer before this rank gives up")
+    p.add_argument("--quiet", action="store_true", help="only the final table")
+    p.add_argument("--render", metavar="JSON", help="only draw the tables and figures of a report (no training)")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], TrainConfig]:
+    """The variants and the config, or ValueError naming the first value that cannot work
+    (before any process group exists, so every rank stops at once with the same message)."""
+    names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
+    for name in names:
+        if name not in VARIANTS:
+            raise ValueError(f"--variants: unknown variant {name!r}; choose from all, {', '.join(VARIANTS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--variants {args.variants!r} names a variant twice")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    cfg = TrainConfig(seed=args.seed)
+    validate(cfg)
+    if not 1 <= args.steps <= cfg.steps:
+        raise ValueError(f"--steps must be in 1..{cfg.steps} (TrainConfig's schedule), got {args.steps}")
+    if cfg.batch_size % world_size:
+        raise ValueError(f"the global batch of {cfg.batch_size} is not divisible by the world size {world_size}; "
+                         f"use a world size that divides {cfg.batch_size}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.trace_dir and Path(args.trace_dir).exists() and not Path(args.trace_dir).is_dir():
+        raise ValueError(f"--trace-dir {args.trace_dir} is a file, not a folder")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    return names, cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        from minigpt.fsdp.timeline import render
+
+        try:
+            written = render(Path(args.render))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"{PROG}: error: --render {args.render}: {exc}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    try:
+        _, _, world_size = launch.torchrun_env()
+        names, cfg = check_args(args, world_size)
+    except (ValueError, RuntimeError) as exc:
+        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    ctx = launch.init(args.timeout)
+    try:
+        report = run(names, cfg, args, ctx)
+    except (RuntimeError, dist.DistError) as exc:
+        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n"
+                         f"  a peer rank probably died or stopped answering (collective timeout "
+                         f"{args.timeout:g} s); the other ranks stop too", code=1)
+    launch.teardown()
+    return 0 if report["passed"] else 1
+
+
+def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    from tqdm import tqdm
+
+    if not args.quiet:
+        launch.log(ctx, f"MiniGPT {build_model(cfg).num_params():,} parameters, {cfg.n_layer} blocks | world size "
+                        f"{ctx.world_size} ({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = "
+                        f"{ctx.world_size} x {cfg.batch_size // ctx.world_size} | {args.steps} steps of "
+                        f"{len(names)} variant(s), taking turns")
+    runs = [VariantRun(name, cfg, ctx) for name in names]
+    one_process = OneProcess(cfg, ctx.device)
+    drifts = torch.zeros(len(runs), args.steps, dtype=torch.float64)
+    bar = tqdm(range(args.steps), desc="[rank 0] steps", disable=args.quiet or not ctx.is_main,
+               dynamic_ncols=True, file=sys.stdout)
+    for step in bar:
+        for variant_run in runs:
+            variant_run.train_step(step)
+        for i, variant_run in enumerate(runs):  # the one-process steps, shared out: the ranks work at once
+            if (i + step) % ctx.world_size == ctx.rank:
+                drifts[i, step] = one_process.step_drift(variant_run, step)
+    bar.close()
+    drifts = drifts.to(ctx.device)
+    dist.all_reduce(drifts, op=dist.ReduceOp.MAX)
+    gathered: list = [None] * ctx.world_size
+    dist.all_gather_object(gathered, [variant_run.measurements() for variant_run in runs])
+    results, logs = {}, {}
+    for i, name in enumerate(names):
+        if ctx.is_main:
+            results[name] = summarize(name, drifts[i].tolist(), [g[i] for g in gathered], ctx.world_size, cfg.n_layer)
+            logs[name] = "\n".join(g[i]["log"] for g in gathered)
+        else:  # every rank knows the verdict, only rank 0 the details
+            results[name] = {"max_step_drift": float(drifts[i].max()),
+                             "passed": float(drifts[i].max()) <= equivalence.TOLERANCE}
+    passed = all(r["passed"] for r in results.values())
+    report = {
+        "world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+        "clock": "host" if ctx.device.type == "cuda" else "cpu",
+        "steps": args.steps, "seed": cfg.seed, "batch_size": cfg.batch_size, "n_layer": cfg.n_layer,
+        "parameters": build_model(cfg).num_params(), "tolerance": equivalence.TOLERANCE, "passed": passed,
+        "variants": results,
+    }
+    if ctx.is_main:
+        from minigpt.fsdp.timeline import draw_timeline, table
+
+        print(table(report, "en"), end="")
+        verdict = "PASS" if passed else "FAIL"
+        launch.log(ctx, f"check {verdict}: max step drift {max(r['max_step_drift'] for r in results.values()):.2e} "
+                        f"(tolerance {equivalence.TOLERANCE:g})")
+        if ctx.world_size < 2:
+            launch.log(ctx, "one rank: FSDP2 gathers and scatters nothing, FSDP1 switches to NO_SHARD (one "
+                            "all-reduce per unit, over one rank); the predicted orders (for 2 or more ranks) "
+                            "are not compared")
+        if ctx.device.type == "cuda":
+            launch.log(ctx, "on a GPU the times in the logs and figures are when the host issued or learned of "
+                            "the work; use the PyTorch profiler for device times")
+        if args.trace_dir:
+            folder = Path(args.trace_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, r in results.items():
+                (folder / f"{name}-events.txt").write_text(logs[name])
+                for lang in ("en", "es"):
+                    draw_timeline(name, r, report, lang, folder / f"{name}-timeline-{lang}.png")
+            launch.log(ctx, f"event logs and timelines written to {folder}")
+        if args.report:
+            tmp = Path(args.report).with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=1) + "\n")
+            os.replace(tmp, args.report)
+            launch.log(ctx, f"report written to {args.report}")
+    return report
