@@ -3,7 +3,7 @@ MiniGPT with every prefetch setting; trace, time and check each against one proc
 
     torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --trace-dir out/lab03
 
-The code lives in minigpt/fsdp/ (prefetch_lab.py, trace.py, timeline.py).
+The code lives in minigpt/fsdp/ (prefetch_lab.py, variants.py, trace.py, timeline.py).
 """
 
 import sys

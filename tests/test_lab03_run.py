@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from minigpt.fsdp.prefetch_lab import VARIANTS, main, predict_all_gather_order, predict_event_order
+from minigpt.fsdp.prefetch_lab import main
+from minigpt.fsdp.variants import VARIANTS, predict_all_gather_order, predict_event_order
 from minigpt.model import MiniGPT
 from minigpt.train import TrainConfig
 from tests.launcher import ROOT, free_port, run_ranks
