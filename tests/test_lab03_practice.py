@@ -1,0 +1,378 @@
+"""Machinery tests (no points) of Lab 03's "FSDP in practice": lab/03_fsdp_practice.py as launched.
+
+One 2-rank launch of the lab script (started the way torchrun starts it, without torchrun's
+agent) runs all six demonstrations with 2 steps; its rank 0 starts the world-1 reload itself.
+The tests read the JSON report and the files it left, and hold every count and byte against a
+value computed here from MiniGPT's structure and FSDP2's rules, not against the code's output:
+
+* a step with U units makes 2U - 1 all-gathers (the root stays gathered from forward to
+  backward) and U reduce-scatters;
+* FSDP2 pads dim 0 of every parameter to a multiple of the world size, so a shard of a (d0, ...)
+  tensor stores ceil(d0 / W) rows.
+
+The memory measurements (:mod:`minigpt.fsdp.memory`) and the global-norm function are checked
+in this process on tensors of known size.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from minigpt.dist.equivalence import TOLERANCE, probe_batch
+from minigpt.fsdp.memory import PeakMemory, model_state_bytes
+from minigpt.fsdp.sharded_state import global_grad_norm_from_shards, local_norm_term
+from minigpt.model import MiniGPT
+from minigpt.train import TrainConfig
+from tests.launcher import ROOT, free_port
+
+SCRIPT = ROOT / "lab" / "03_fsdp_practice.py"
+WORLD = 2
+STEPS = 2
+BATCH = 16  # 8 sentences per rank: a quicker launch; every relation tested holds at 64 too
+DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "clipping", "diagnostics")
+
+
+def run_lab(args: list[str], world_size: int, timeout_s: float = 240.0) -> list[subprocess.CompletedProcess]:
+    """Start ``python lab/03_fsdp_practice.py *args`` as ranks 0..world_size-1; kill all at the timeout."""
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline, done = time.monotonic() + timeout_s, []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, err = p.communicate()
+            err = f"killed after {timeout_s} s\n{err}"
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("lab03-practice")
+    report, out_dir = tmp / "report.json", tmp / "checkpoints"
+    ranks = run_lab(["--steps", str(STEPS), "--batch-size", str(BATCH), "--report", str(report),
+                     "--out-dir", str(out_dir)], WORLD)
+    for rank, r in enumerate(ranks):
+        assert r.returncode == 0, f"rank {rank} exited {r.returncode}:\n{r.stderr[-3000:]}"
+    return {"report": json.loads(report.read_text()), "out_dir": out_dir, "stdout": ranks[0].stdout}
+
+
+@pytest.fixture(scope="module")
+def model() -> MiniGPT:
+    torch.manual_seed(0)
+    return MiniGPT(TrainConfig().model_config())
+
+
+def padded_bytes(params, world_size: int = WORLD) -> int:
+    """Bytes FSDP2 stores for these parameters across all ranks: dim 0 padded to a multiple of W."""
+    return sum(math.ceil(p.shape[0] / world_size) * world_size * (p.numel() // p.shape[0]) * p.element_size()
+               for p in params)
+
+
+def expected_units(model: MiniGPT, policy: str) -> list[tuple[str, list[nn.Parameter]]]:
+    """The units of a policy, with the parameters each manages, from the model's structure."""
+    if policy == "whole":
+        inner = []
+    elif policy == "block":
+        inner = [(f"blocks.{i}", b) for i, b in enumerate(model.blocks)]
+    else:  # every Linear, except lm_head: its weight is the embedding's, which the root holds
+        inner = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight is not model.wte.weight]
+    taken = {id(p) for _, m in inner for p in m.parameters()}
+    root = [p for p in model.parameters() if id(p) not in taken]
+    return [("(root)", root)] + [(n, list(m.parameters())) for n, m in inner]
+
+
+# ----------------------------------------------------------------------------------------------
+# the launch as a whole
+
+
+def test_every_demonstration_reported_and_printed(launched):
+    report, stdout = launched["report"], launched["stdout"]
+    assert report["meta"]["world_size"] == WORLD and report["meta"]["steps"] == STEPS
+    assert report["meta"]["batch_size"] == BATCH
+    for name in DEMOS:
+        assert name in report, name
+        assert f"## {name} (" in stdout, f"rank 0 printed no table for {name}"
+    assert f"--load-resharded {launched['out_dir']}" in stdout  # the world-1 command is shown
+
+
+# ----------------------------------------------------------------------------------------------
+# sharded checkpoint: saved at world size 2, read at world size 1
+
+
+def test_resharding_gives_identical_logits_and_state(launched, model):
+    load = launched["report"]["checkpoint"]["load"]
+    assert load["world_size"] == 1
+    assert load["max_logit_difference"] == 0.0
+    assert load["max_weight_difference"] == 0.0
+    assert load["max_optimizer_difference"] == 0.0
+    assert load["tensors_compared"] == len(model.state_dict())
+    assert load["full_stores_tied_twice"] is True  # torch.save of the gathered copies: two storages
+
+
+def test_full_state_dict_reproduces_the_saved_logits_here(launched):
+    """An independent reader: this process loads full.pt into a plain MiniGPT."""
+    out = launched["out_dir"]
+    full = torch.load(out / "full.pt", weights_only=False)
+    torch.manual_seed(123)
+    plain = MiniGPT(TrainConfig().model_config())
+    plain.load_state_dict(full["model"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the kernels of the ranks that saved (one thread each)
+    try:
+        with torch.no_grad():
+            logits = plain(probe_batch())[0]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(logits, torch.load(out / "probe-logits.pt"))
+
+
+def test_checkpoint_files_on_disk(launched, model):
+    out, save = launched["out_dir"], launched["report"]["checkpoint"]["save"]
+    sharded = sorted(p.name for p in (out / "sharded").iterdir())
+    assert sharded == [".metadata"] + [f"__{rank}_0.distcp" for rank in range(WORLD)]  # one file per rank
+    on_disk = {f"sharded/{p.name}": p.stat().st_size for p in (out / "sharded").iterdir()}
+    on_disk["full.pt"] = (out / "full.pt").stat().st_size
+    assert {f["file"]: f["bytes"] for kind in ("sharded", "full") for f in save["layout"][kind]} == on_disk
+    # both hold the weights and AdamW's two moments: at least 3 float32 copies of every parameter
+    three_copies = 3 * 4 * model.num_params()
+    assert on_disk["full.pt"] > three_copies
+    assert sum(b for f, b in on_disk.items() if f.endswith(".distcp")) > three_copies
+    # the index: every tensor of the model's state dict (the tied matrix under both names) and
+    # AdamW's exp_avg, exp_avg_sq (one piece per rank) and step (a scalar, one piece) per parameter
+    index, state, params = save["index"], model.state_dict(), list(model.parameters())
+    assert index["model_tensors"] == sorted(state)
+    assert index["tensors"] == len(state) + 3 * len(params)
+    assert index["pieces"] == WORLD * len(state) + (2 * WORLD + 1) * len(params)
+    assert index["payload_bytes"] == 4 * (sum(t.numel() for t in state.values()) + 2 * model.num_params() + len(params))
+    assert sum(b for f, b in on_disk.items() if f.endswith(".distcp")) > index["payload_bytes"]
+    peaks = save["save_peak_bytes_per_rank"]
+    # the full save gathers every tensor on rank 0 (weights + AdamW state); the sharded save copies nothing
+    assert peaks[0]["full"] > three_copies > 10 * peaks[0]["sharded"]
+
+
+# ----------------------------------------------------------------------------------------------
+# gradient clipping: the local norm against the global norm
+
+
+def test_global_norm_from_local_shards(launched):
+    r = launched["report"]["clipping"]
+    local, true = r["local_norms"], r["single_process_norm"]
+    assert len(local) == WORLD and all(n < 0.9 * true for n in local), (local, true)
+    assert abs(r["global_norm"] - true) <= 1e-6 * true
+    assert abs(r["clip_grad_norm"] - true) <= 1e-6 * true
+    assert abs(math.sqrt(sum(n * n for n in local)) - r["global_norm"]) <= 1e-12 * true
+    assert r["max_norm"] < true  # clipping was active
+    assert max(r["local_coefficients"]) - min(r["local_coefficients"]) > 0.01  # ranks scale differently
+
+
+def test_clipping_by_the_local_norm_diverges(launched):
+    opts = launched["report"]["clipping"]["optimizers"]
+    sgd, adamw = opts["sgd"]["drift_per_step"], opts["adamw"]["drift_per_step"]
+    # SGD: the update is the clipped gradient itself; one step with global clipping is one
+    # process's step (after it, both runs diverge slowly, as every trajectory does: Lab 01)
+    assert sgd["global"][0] <= TOLERANCE, sgd["global"]
+    assert sgd["local"][0] > 1000 * TOLERANCE, sgd["local"]
+    # AdamW divides by the gradient's own size (a first step barely sees the clip coefficient)
+    # and amplifies rounding (Lab 01), so its global-clipping drift sits near 1e-5: compare
+    assert all(loc > 10 * max(glob, TOLERANCE) for loc, glob in zip(adamw["local"], adamw["global"])), adamw
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 2.0, 3.0, float("inf")])
+def test_global_grad_norm_from_shards_pure(norm_type):
+    whole = torch.randn(1001, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    cuts = [0, 400, 401, 1001]  # uneven shards, one of a single element
+    shards = [whole[a:b] for a, b in zip(cuts, cuts[1:])] + [torch.zeros(5, dtype=torch.float64)]  # + padding
+    terms = [local_norm_term([s], norm_type) for s in shards]
+    expected = float(torch.linalg.vector_norm(whole, norm_type))
+    assert global_grad_norm_from_shards(terms, norm_type) == pytest.approx(expected, rel=1e-12)
+    assert local_norm_term([s[:0] for s in shards], norm_type) == 0.0
+
+
+def test_global_grad_norm_from_shards_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one rank"):
+        global_grad_norm_from_shards([])
+    with pytest.raises(ValueError, match="-1"):
+        global_grad_norm_from_shards([1.0], -1)
+
+
+# ----------------------------------------------------------------------------------------------
+# wrap policies
+
+
+@pytest.mark.parametrize("policy", ["whole", "block", "linear"])
+def test_wrap_policy_units_and_collectives(launched, model, policy):
+    r = launched["report"]["wrap"][policy]
+    units = expected_units(model, policy)
+    n = len(units)
+    assert r["units"] == [name for name, _ in units]
+    assert r["unit_elements"] == [sum(p.numel() for p in params) for _, params in units]
+    gathered = padded_bytes(units[0][1]) + 2 * sum(padded_bytes(params) for _, params in units[1:])
+    for counted in r["collectives_per_step"]:
+        assert counted == {"all_gathers": 2 * n - 1, "reduce_scatters": n, "all_gather_bytes": gathered,
+                           "reduce_scatter_bytes": padded_bytes(model.parameters())}
+    # after forward only the root is still gathered (and the sharded state is untouched)
+    census = r["census"]
+    assert census["forward"]["gathered"] == padded_bytes(units[0][1])
+    assert census["start"]["parameters"] == census["forward"]["parameters"] == padded_bytes(model.parameters()) // WORLD
+
+
+def test_wrap_policy_memory_and_the_tied_head(launched):
+    wrap = launched["report"]["wrap"]
+    one = {p: wrap[p]["one_sentence"]["peak_bytes"] for p in ("whole", "block", "linear")}
+    assert one["whole"] > one["block"] > one["linear"], one  # smaller units, less gathered at once
+    assert wrap["whole"]["phase_peak_bytes"]["forward"] > wrap["block"]["phase_peak_bytes"]["forward"]
+    assert "lm_head.weight" in wrap["tied_lm_head_error"] and "same FSDP group" in wrap["tied_lm_head_error"]
+
+
+# ----------------------------------------------------------------------------------------------
+# mixed precision, activation checkpointing, diagnostics
+
+
+def test_mixed_precision_drift(launched, model):
+    r = launched["report"]["mixed-precision"]
+    fp32, f_red, b_red = (r["variants"][k] for k in ("fp32", "bf16 params, fp32 reduce", "bf16 params, bf16 reduce"))
+    assert fp32["grad_error"] < 1e-6 and fp32["weight_drift"] <= TOLERANCE
+    # bf16 compute makes the gradient ~0.5% wrong; reducing in bf16 adds one more rounding ...
+    assert 1e-3 < f_red["grad_error"] < b_red["grad_error"] < 2e-2, (f_red, b_red)
+    assert 2**-10 < b_red["reduce_rounding"] < 2**-8  # about one bf16 unit roundoff, 2^-9
+    # ... an independent error, so the two add in quadrature
+    assert b_red["grad_error"] ** 2 == pytest.approx(f_red["grad_error"] ** 2 + b_red["reduce_rounding"] ** 2, rel=0.05)
+    for v in (f_red, b_red):
+        assert v["weight_drift"] > 10 * TOLERANCE and v["first_forward_drift"] > 10 * TOLERANCE
+    assert r["steps"] == STEPS
+    # FSDP2's policy has no buffer dtype; MiniGPT's buffers are its causal masks
+    assert r["buffers"] == {n: "bool" for n, _ in model.named_buffers()}
+    assert not [b for b in model.buffers() if b.is_floating_point()]
+
+
+def test_activation_checkpointing_same_gradients_less_memory(launched):
+    r = launched["report"]["activation-checkpointing"]
+    assert r["max_logit_difference"] == 0.0 and r["max_grad_difference"] == 0.0
+    plain, ckpt = r["variants"]["plain"], r["variants"]["checkpointed"]
+    for phase in ("forward", "backward"):
+        assert ckpt["phase_peak_bytes"][phase] < 0.6 * plain["phase_peak_bytes"][phase], phase
+    assert ckpt["all_gathers"] == plain["all_gathers"] == 2 * 5 - 1
+    assert len(plain["step_s"]) == len(ckpt["step_s"]) == STEPS and min(plain["step_s"] + ckpt["step_s"]) > 0
+
+
+def test_diagnostics_report(launched, model):
+    r = launched["report"]["diagnostics"]
+    units = expected_units(model, "block")
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [u["unit"] for u in r["units"]] == [n for n, _ in units]
+    named = [f"{'' if u['unit'] == '(root)' else u['unit'] + '.'}{p}" for u in r["units"] for p in u["parameters"]]
+    assert sorted(named) == sorted(names.values())  # every parameter in exactly one unit
+    assert r["parameters"] == model.num_params()
+    shards = r["shards_per_rank"]
+    assert len(shards) == WORLD
+    assert sum(s["elements"] for rank in shards for s in rank) == model.num_params()
+    padded_elements = padded_bytes(model.parameters()) // 4
+    assert sum(s["padded_elements"] for rank in shards for s in rank) == padded_elements
+    assert padded_elements - model.num_params() == 96  # wte: 609 rows on 2 ranks, one padding row
+    mine = sum(s["bytes"] for s in shards[0])
+    census = r["census"]
+    assert census["init"]["parameters"] == mine and census["init"]["optimizer"] == 0
+    assert census["backward"]["gradients"] == mine
+    n_tensors = len(list(model.parameters()))
+    assert census["optimizer"]["optimizer"] == 2 * mine + 4 * n_tensors  # AdamW: 2 moments + a step count each
+    assert census["optimizer"]["gradients"] == 0
+    assert set(r["phase_peak_bytes"]) == {"init", "forward", "backward", "optimizer"}
+
+
+# ----------------------------------------------------------------------------------------------
+# the memory measurements, on tensors of known size (this process)
+
+
+def test_peak_memory_counts_known_allocations():
+    with PeakMemory():
+        older = torch.empty(100_000)  # allocated in an earlier region: its free must not count below
+    with PeakMemory() as mem:
+        with mem.phase("a"):
+            a = torch.empty(1_000_000)  # 4 MB
+            b = torch.empty(500_000)  # + 2 MB
+            del b, older
+        with mem.phase("b"):
+            c = torch.empty(250_000)  # 4 MB held + 1 MB
+            del c
+        with mem.phase("c"):
+            pass
+        del a
+    assert mem.phase_peaks == {"a": 6_000_000, "b": 5_000_000, "c": 4_000_000}
+    assert mem.peak_bytes == 6_000_000 and mem.end_bytes == 0
+
+
+def test_model_state_bytes_census():
+    layer = nn.Linear(100, 50)
+    optimizer = torch.optim.AdamW(layer.parameters())
+    params = (100 * 50 + 50) * 4
+    assert model_state_bytes(layer, optimizer) == {"parameters": params, "gradients": 0, "optimizer": 0,
+                                                   "gathered": 0, "extra": 0, "total": params}
+    layer(torch.randn(3, 100)).sum().backward()
+    optimizer.step()
+    extra = torch.zeros(10)
+    counted = model_state_bytes(layer, optimizer, extra=[extra, extra[:5], layer.weight])  # views count once
+    assert counted == {"parameters": params, "gradients": params, "optimizer": 2 * params + 2 * 4,
+                       "gathered": 0, "extra": 40, "total": 4 * params + 8 + 40}
+
+
+# ----------------------------------------------------------------------------------------------
+# the command line and the rendered results
+
+
+@pytest.mark.parametrize("args, named", [(["--only", "wrap,nope"], "nope"), (["--steps", "1"], "got 1"),
+                                         (["--report", "/no/such/dir/r.json"], "/no/such/dir"),
+                                         (["--report", "r.txt"], "r.txt"),
+                                         (["--batch-size", "0"], "got 0")])
+def test_bad_values_exit_2(args, named, tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _lab_module():
+    spec = importlib.util.spec_from_file_location("lab03_practice", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_render_both_languages(launched, tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(launched["report"]))
+    written = _lab_module().render(path)
+    assert sorted(p.name for p in written) == sorted([f"report-{lang}.txt" for lang in ("en", "es")]
+                                                     + [f"report-{kind}-{lang}.png" for lang in ("en", "es")
+                                                        for kind in ("memory", "ac")])
+    en, es = ((tmp_path / f"report-{lang}.txt").read_text().splitlines() for lang in ("en", "es"))
+    assert len(en) == len(es)
+    for name in DEMOS:
+        assert f"<!-- --8<-- [start:{name}] -->" in en and f"<!-- --8<-- [start:{name}] -->" in es
+
+
+def test_committed_results_match_their_json():
+    results = ROOT / "lab" / "results"
+    report = json.loads((results / "03-practice-cpu.json").read_text())
+    lab = _lab_module()
+    for lang in ("en", "es"):
+        assert (results / f"03-practice-cpu-{lang}.txt").read_text() == lab.render_tables(report, lang)
+        for kind in ("memory", "ac"):
+            assert (results / f"03-practice-cpu-{kind}-{lang}.png").is_file()
