@@ -16,7 +16,6 @@ in this process on tensors of known size.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -349,10 +348,8 @@ def test_bad_values_exit_2(args, named, tmp_path):
 
 
 def _lab_module():
-    spec = importlib.util.spec_from_file_location("lab03_practice", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from minigpt.fsdp import practice_tables
+    return practice_tables
 
 
 def test_render_both_languages(launched, tmp_path):

@@ -1,0 +1,202 @@
+"""Lab 03, part 3: FSDP in practice. Six demonstrations on real FSDP2 runs of MiniGPT.
+
+    torchrun --nproc_per_node=2 lab/03_fsdp_practice.py                        # all six
+    torchrun --nproc_per_node=2 lab/03_fsdp_practice.py --only wrap,clipping   # some
+    torchrun --nproc_per_node=2 lab/03_fsdp_practice.py --steps 20 --report lab/results/03-practice-cpu.json
+    python lab/03_fsdp_practice.py --render lab/results/03-practice-cpu.json   # tables and figures, en + es
+
+Demonstrations (``--only``): wrap, mixed-precision, activation-checkpointing, checkpoint,
+clipping, diagnostics. Rank 0 prints a table for each. The code that measures lives in
+minigpt/fsdp/ (practice.py, sharded_state.py, memory.py); this file runs it, and
+practice_tables.py writes its tables and figures.
+
+The checkpoint demonstration has two halves. The 2 ranks save a sharded checkpoint in
+``--out-dir``; when they have left the process group, rank 0 starts a *new process*, a world of
+one, that reads it back into a plain MiniGPT:
+
+    python lab/03_fsdp_practice.py --load-resharded out/lab03-checkpoints
+
+(the command is printed, so you can run it again yourself). Starting it from here keeps the
+demonstration one command and its numbers in the same report; starting a new process, without
+torchrun's environment, shows that nothing of the 2-rank run is needed to read its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from minigpt.fsdp.practice_tables import DEMOS, TABLES, render, table_load
+
+PROG = "lab/03_fsdp_practice.py"
+SCRIPT = Path(__file__).resolve().parent.parent.parent / PROG  # the lab script, started again for the world-1 load
+DEFAULT_OUT_DIR = "out/lab03-checkpoints"
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=2 {PROG}", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--only", default=",".join(DEMOS), metavar="NAME[,NAME]",
+                   help=f"demonstrations to run, from: {', '.join(DEMOS)}")
+    p.add_argument("--steps", type=int, default=10, help="training steps each demonstration takes "
+                   "(counted, timed, or trained before the drift is measured)")
+    p.add_argument("--seed", type=int, default=0, help="initial weights and batches")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch (sentences), cut evenly over the ranks")
+    p.add_argument("--report", metavar="FILE.json", help="write every measured number as JSON (rank 0)")
+    p.add_argument("--out-dir", default=DEFAULT_OUT_DIR, help="folder the checkpoint demonstration writes "
+                   "(created if missing)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
+    p.add_argument("--render", metavar="FILE.json", help="only write the tables (FILE-en.txt, FILE-es.txt) "
+                   "and figures (FILE-*-en.png, -es.png) of a report; measures nothing")
+    p.add_argument("--load-resharded", metavar="DIR", help="(the world-1 half) read the sharded "
+                   "checkpoint in DIR into a plain MiniGPT and compare; run with plain python")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """The demonstrations to run, or ValueError naming the value that cannot work."""
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DEMOS]
+    if unknown or not names:
+        raise ValueError(f"--only {args.only!r}: unknown demonstration {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(DEMOS)}")
+    if args.steps < 2:
+        raise ValueError(f"--steps must be at least 2 (a median and a drift need steps), got {args.steps}")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.batch_size < 1 or args.batch_size % world_size:
+        raise ValueError(f"--batch-size must be a positive multiple of the world size {world_size}, got {args.batch_size}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must not be negative, got {args.seed}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    out_dir = Path(args.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out-dir {args.out_dir} is a file; give a folder (it is created if missing)")
+    sharded = out_dir / "sharded"
+    if "checkpoint" in names and sharded.is_dir() and any(sharded.iterdir()) and not (sharded / ".metadata").exists():
+        raise ValueError(f"--out-dir {args.out_dir}: {sharded} holds files that are not a DCP checkpoint; "
+                         f"give another folder (an old checkpoint there is replaced, anything else is not)")
+    if args.report and Path(args.report).suffix != ".json":
+        raise ValueError(f"--report {args.report}: the report is JSON; give a file name ending in .json")
+    if args.render and not Path(args.render).is_file():
+        raise ValueError(f"--render {args.render}: no such file")
+    if args.load_resharded and os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ValueError(f"--load-resharded reads the checkpoint in a world of one; run it with plain python, "
+                         f"not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']})")
+    return [n for n in DEMOS if n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        names = check_args(args)
+    except ValueError as exc:
+        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.render:
+        for path in render(Path(args.render)):
+            print(f"wrote {path}")
+        return 0
+    from minigpt.dist import launch
+
+    if args.load_resharded:
+        return load_half(args)
+    if launch.torchrun_env()[2] < 2:
+        print(f"{PROG}: error: FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
+              f"(world size now {launch.torchrun_env()[2]})", file=sys.stderr)
+        return 2
+    ctx = launch.init(args.timeout)
+    try:
+        report = run(names, args, ctx)
+    except (RuntimeError, ValueError) as exc:
+        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n  if that is a "
+                         f"collective's error, a peer rank probably died or stopped answering (collective "
+                         f"timeout {args.timeout:g} s); the other ranks stop too")
+    launch.teardown()
+    if ctx.rank != 0:
+        return 0
+    if "checkpoint" in names:
+        report["checkpoint"]["load"] = start_load_half(args)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"[rank 0] wrote {args.report}")
+    ok = "checkpoint" not in names or report["checkpoint"]["load"].get("max_logit_difference") == 0.0
+    return 0 if ok else 1
+
+
+def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
+    import torch
+
+    from minigpt.dist import launch
+    from minigpt.fsdp import practice, sharded_state
+    from minigpt.train import TrainConfig
+
+    cfg = TrainConfig(seed=args.seed, batch_size=args.batch_size, steps=max(50, 2 * args.steps))
+    demos = {
+        "wrap": lambda: practice.wrap_policies(cfg, ctx, args.steps),
+        "mixed-precision": lambda: sharded_state.mixed_precision(cfg, ctx, args.steps),
+        "activation-checkpointing": lambda: practice.activation_checkpointing(cfg, ctx, args.steps),
+        "checkpoint": lambda: {"save": sharded_state.save_checkpoints(cfg, ctx, args.out_dir, args.steps)},
+        "clipping": lambda: sharded_state.gradient_clipping(cfg, ctx, args.steps),
+        "diagnostics": lambda: practice.diagnostics(cfg, ctx),
+    }
+    report = {"meta": {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+                       "torch": torch.__version__, "python": platform.python_version(), "steps": args.steps,
+                       "seed": args.seed, "batch_size": cfg.batch_size, "demonstrations": names}}
+    launch.log(ctx, f"MiniGPT, world size {ctx.world_size} ({ctx.backend}), FSDP2 fully_shard, "
+                    f"{args.steps} steps per demonstration, seed {args.seed}")
+    for name in names:
+        t0 = time.perf_counter()
+        report[name] = demos[name]()
+        if ctx.is_main:
+            print(f"\n## {name} ({time.perf_counter() - t0:.1f} s)\n\n{TABLES[name](report[name], 'en')}", flush=True)
+    return report
+
+
+def load_half(args: argparse.Namespace) -> int:
+    """The world-1 half: read the sharded checkpoint, compare, print, write DIR/load-report.json."""
+    from minigpt.dist import launch
+    from minigpt.fsdp import sharded_state
+    from minigpt.train import TrainConfig
+
+    import torch
+
+    torch.set_num_threads(1)  # the kernels the saving ranks ran (torchrun gives each rank one thread)
+    ctx = launch.init(args.timeout)
+    try:
+        result = sharded_state.load_resharded(TrainConfig(seed=args.seed), args.load_resharded)
+    except ValueError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        launch.teardown()
+    result["world_size"] = ctx.world_size
+    print(table_load(result, "en"), flush=True)
+    (Path(args.load_resharded) / "load-report.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result["max_logit_difference"] == 0.0 else 1
+
+
+def start_load_half(args: argparse.Namespace) -> dict:
+    """Rank 0, after the process group is gone: run the world-1 half in a new process."""
+    command = [sys.executable, str(SCRIPT), "--load-resharded", args.out_dir,
+               "--seed", str(args.seed)]
+    print(f"\n## checkpoint, second half: a new process, world size 1\n\n$ python {PROG} "
+          f"--load-resharded {args.out_dir}" + (f" --seed {args.seed}" if args.seed else ""), flush=True)
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and not k.startswith("TORCHELASTIC")}
+    report_file = Path(args.out_dir) / "load-report.json"
+    report_file.unlink(missing_ok=True)  # from an earlier run
+    done = subprocess.run(command, env=env, timeout=300)
+    if done.returncode not in (0, 1) or not report_file.exists():
+        return {"error": f"the world-1 load exited with code {done.returncode}"}
+    return json.loads(report_file.read_text())
