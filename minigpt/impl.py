@@ -45,6 +45,12 @@ REFERENCE: dict[str, dict[str, str]] = {
         "zero2_step": "minigpt.zero.simulate:zero2_step",
         "step_collectives": "minigpt.zero.comm:step_collectives",
     },
+    "lab03_fsdp": {
+        "predict_event_order": "minigpt.fsdp.variants:predict_event_order",
+        "local_norm_term": "minigpt.fsdp.sharded_state:local_norm_term",
+        "global_grad_norm_from_shards": "minigpt.fsdp.sharded_state:global_grad_norm_from_shards",
+        "units_of_policy": "minigpt.fsdp.practice:units_of_policy",
+    },
 }
 
 

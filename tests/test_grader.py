@@ -17,7 +17,7 @@ import pytest
 from minigpt import impl
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = {"00": "MiniGPT and the baseline", "01": "DDP from scratch", "02": "ZeRO simulator"}
+LABS = {"00": "MiniGPT and the baseline", "01": "DDP from scratch", "02": "ZeRO simulator", "03": "FSDP prefetch"}
 GRADED_FILES = [f"tests/test_lab{lab}.py" for lab in LABS]
 
 
@@ -45,7 +45,7 @@ def score(stdout: str, lab: str) -> tuple[int, int]:
 
 
 def lost(stdout: str) -> dict[str, int]:
-    return {name: int(points) for points, name in re.findall(r"lost (\d) pt: (test_[\w\[\]]+):", stdout)}
+    return {name: int(points) for points, name in re.findall(r"lost (\d) pt: (test_[\w\[\].-]+):", stdout)}
 
 
 def run_graded(impl_name: str, exercises_dir: Path | None = None,
@@ -72,7 +72,7 @@ def test_untouched_stubs_score_zero_quickly_with_specific_messages():
     assert proc.returncode == 1, proc.stdout[-3000:]
     for lab in LABS:
         assert score(proc.stdout, lab) == (0, lab_points(lab)), lab
-    for exercise in ("0.1", "0.2", "0.3", "0.4", "1.1", "1.2", "2.1", "2.2", "2.3"):
+    for exercise in ("0.1", "0.2", "0.3", "0.4", "1.1", "1.2", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3"):
         assert re.search(rf"lost \d pt: test_[\w\[\]]+: Exercise {re.escape(exercise)}: ", proc.stdout), exercise
     assert seconds < 90, f"grading the stubs took {seconds:.0f} s"
 
@@ -82,8 +82,9 @@ def test_classic_mistakes_lose_exactly_their_points():
     rows silently dropped (and one correct answer); for Lab 01 a ring that passes whole tensors,
     buckets launched in arrival order, no_sync ignored, and no check for a parameter without
     gradient; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
-    gradients, and HSDP replicas that all-reduce the whole gradient. Each mistake must cost
-    exactly the tests written to catch it."""
+    gradients, and HSDP replicas that all-reduce the whole gradient; for Lab 03 BACKWARD_POST
+    taken for BACKWARD_PRE, the largest local norm taken for the global one, and the tied output
+    layer made a unit. Each mistake must cost exactly the tests written to catch it."""
     proc, _ = run_graded("exercises", ROOT / "tests" / "pitfalls")
     assert lost(proc.stdout) == {
         "test_causal_mask_values": 2,
@@ -100,10 +101,17 @@ def test_classic_mistakes_lose_exactly_their_points():
         "test_offload": 2,
         "test_zero2_holds_what_the_model_predicts": 2,
         "test_hsdp_traffic_inside_and_across": 2,
+        "test_event_order_fsdp1_backward_prefetch": 2,
+        "test_global_norm_from_shards_is_the_norm_of_the_whole[2.0]": 2,
+        "test_global_norm_from_shards_is_the_norm_of_the_whole[1.0]": 2,
+        "test_the_real_runs_norms": 1,
+        "test_units_of_each_policy": 2,
+        "test_no_parameter_in_two_units": 2,
     }, proc.stdout[-3000:]
     assert score(proc.stdout, "00") == (lab_points("00") - 8, lab_points("00"))
     assert score(proc.stdout, "01") == (lab_points("01") - 6, lab_points("01"))
     assert score(proc.stdout, "02") == (lab_points("02") - 8, lab_points("02"))
+    assert score(proc.stdout, "03") == (lab_points("03") - 11, lab_points("03"))
 
 
 def test_a_broken_ddp_loses_the_ddp_points():

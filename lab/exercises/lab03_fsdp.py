@@ -1,0 +1,65 @@
+"""Lab 03 exercises: FSDP prefetch and FSDP in practice.
+
+Fill in the three pieces, then grade yourself:
+
+    make grade                                                        # every lab
+    .venv/bin/python -m pytest tests/test_lab03.py --impl=exercises   # this lab only
+
+Read the lab guide first: ``lab/03-fsdp-prefetch.md``, and the annotated reading of PyTorch's
+prefetch code (``python -m minigpt.fsdp.reading``). The reference is in
+``minigpt/fsdp/variants.py``, ``minigpt/fsdp/sharded_state.py`` and ``minigpt/fsdp/practice.py``;
+try not to peek. Exercise 3.1 is checked against the event logs of real runs
+(``lab/results/03-prefetch-cpu.json``), so your prediction must match what FSDP really did.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from minigpt.fsdp.variants import VARIANTS, Variant  # noqa: F401  (VARIANTS[name] says what a variant sets)
+from minigpt.model import MiniGPT
+
+
+def predict_event_order(n_blocks: int, variant: str) -> list[str]:
+    """Exercise 3.1: the order in which the training thread of one step (after the first) issues
+    ``"all-gather U"`` and ``"reduce-scatter U"`` and starts ``"forward B"`` / ``"backward B"``,
+    for MiniGPT wrapped per block plus the root, under ``VARIANTS[variant]``.
+
+    Units are ``"root"`` and ``"blocks.0"`` ... ; only blocks have forward/backward entries. The
+    rules: a unit's pre-forward (pre-backward) all-gathers it unless it is already gathered or in
+    flight, then all-gathers the ``forward_prefetch`` next (``backward_prefetch`` previous)
+    blocks; after its forward a block is resharded unless ``reshard_after_forward`` is False;
+    the root is not resharded after forward; backward starts with the root's pre-backward;
+    after a block's backward its post-backward reduce-scatters it (BACKWARD_POST prefetches
+    then, instead of in the pre-backward); the root reduce-scatters last. FSDP1 with forward
+    prefetch has one more twist, which the lab guide explains (section "Predict the order").
+
+    Raise ValueError for an unknown variant or ``n_blocks < 1``.
+    """
+    raise NotImplementedError("Exercise 3.1: predict the all-gathers, computations and reduce-scatters of a step, in order")
+
+
+def local_norm_term(tensors: Iterable[torch.Tensor], norm_type: float = 2.0) -> float:
+    """Exercise 3.2a: this rank's share of the gradient's p-norm: the sum of |g|^p over its shard
+    tensors (for ``norm_type == inf``: the largest |g|), computed in float64. A DTensor counts by
+    its local shard (``t.to_local()``). No tensors: 0."""
+    raise NotImplementedError("Exercise 3.2: the sum of |g|^p over this rank's shards")
+
+
+def global_grad_norm_from_shards(local_terms: Sequence[float], norm_type: float = 2.0) -> float:
+    """Exercise 3.2b: the norm of the whole gradient from every rank's :func:`local_norm_term`
+    (what an all-reduce of the terms gives each rank): (sum of terms)^(1/p), or the largest term
+    for p = inf. Raise ValueError for no terms or a norm_type that is not positive."""
+    raise NotImplementedError("Exercise 3.2: combine the ranks' terms into the global norm")
+
+
+def units_of_policy(model: MiniGPT, policy: str) -> list[nn.Module]:
+    """Exercise 3.3: the submodules a wrap ``policy`` makes into FSDP units of their own (the root
+    is always one more unit, not in the list): ``"whole"`` none; ``"block"`` every transformer
+    block; ``"linear"`` every ``nn.Linear`` whose parameters no module outside it shares (FSDP2
+    refuses to put one parameter in two units: MiniGPT's ``lm_head`` shares its weight with the
+    token embedding, so it stays in the root). ValueError for another policy."""
+    raise NotImplementedError("Exercise 3.3: choose the modules each wrap policy shards")
