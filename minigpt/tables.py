@@ -373,6 +373,16 @@ TABLES: dict[str, Callable[[str], str]] = {
 
 TABLES.update(tables_lab02.TABLES)  # Lab 02's page
 
+
+def fsdp_reading(lang: str) -> str:
+    """Lab 03's annotated reading: the real source of the installed torch, with the notes."""
+    from minigpt.fsdp.reading import render_markdown
+
+    return render_markdown(lang)
+
+
+TABLES["fsdp-reading"] = fsdp_reading  # Lab 03's page
+
 FIGURES: dict[str, Callable[[Path, str], None]] = {
     "zero-memory-per-device": figures.plot_zero_memory,
     "ring-traffic": figures.plot_ring_traffic,
