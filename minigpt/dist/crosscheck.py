@@ -282,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
                             f"{results[name]['step_drift']['max']:.2e}")
     except (RuntimeError, dist.DistError) as exc:
-        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n"
-                         "  a peer rank probably died or stopped answering; the other ranks stop too")
+        launch.fail_collective(ctx, exc, args.timeout)
     report = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
               "params": psi, "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
               "tolerance": equivalence.TOLERANCE, "variants": results,

@@ -105,6 +105,14 @@ def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
     os._exit(code)
 
 
+def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: float) -> None:
+    """End this rank after a collective failed: name the error and its likely cause (a peer that
+    died or stopped answering), so that every surviving rank stops with a message, never a hang."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    fail(ctx, f"{type(exc).__name__}: {first}\n  a peer rank probably died or stopped answering "
+              f"(collective timeout {timeout_s:g} s); the other ranks stop too", code=1)
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

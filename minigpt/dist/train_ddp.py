@@ -135,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     except NotImplementedError as exc:
         launch.fail(ctx, f"{exc} (your code in lab/exercises/ is not written yet)", code=1)
     except (RuntimeError, dist.DistError) as exc:
-        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n"
-                         f"  a peer rank probably died or stopped answering (collective timeout "
-                         f"{args.timeout:g} s); the other ranks stop too", code=1)
+        launch.fail_collective(ctx, exc, args.timeout)
     launch.teardown()
     return 0 if result["passed"] else 1
 

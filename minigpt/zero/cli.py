@@ -127,13 +127,18 @@ def degrees(args: argparse.Namespace, n: int, per_node: int) -> tuple[int, int]:
     return za.hsdp_degrees(n, per_node, args.shard_degree, args.replicas)
 
 
-def memory_report(args: argparse.Namespace) -> dict:
+def layout(args: argparse.Namespace) -> tuple[int, int, int, int, list[int]]:
+    """(world size, devices per node, shard degree, replicas, the stages to show): HSDP shards,
+    so it has no stage 0."""
     n, per_node = world(args)
     shard, replicas = degrees(args, n, per_node)
+    return n, per_node, shard, replicas, [s for s in args.stage if not (replicas > 1 and s == 0)]
+
+
+def memory_report(args: argparse.Namespace) -> dict:
+    n, per_node, shard, replicas, stages = layout(args)
     rows = {}
-    for stage in args.stage:
-        if replicas > 1 and stage == 0:
-            continue
+    for stage in stages:
         m = memory.device_memory(args.params, shard, stage, args.recipe, args.largest_layer,
                                  args.offload_optimizer, args.offload_params and stage == 3)
         rows[za.STAGE_NAMES[stage]] = m.as_dict()
@@ -177,12 +182,9 @@ def print_memory(report: dict) -> None:
 
 
 def comm_report(args: argparse.Namespace) -> dict:
-    n, per_node = world(args)
-    shard, replicas = degrees(args, n, per_node)
+    n, _, shard, replicas, stages = layout(args)
     rows = {}
-    for stage in args.stage:
-        if replicas > 1 and stage == 0:
-            continue
+    for stage in stages:
         cs = comm.step_collectives(args.params, stage, shard, replicas, args.recipe, not args.no_reshard)
         t = comm.traffic(cs)
         rows[za.STAGE_NAMES[stage]] = {"collectives": comm.describe(cs), "inside": t.inside,
