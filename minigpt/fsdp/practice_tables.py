@@ -53,7 +53,7 @@ LABELS = {
     "es": {
         "policy": "política", "units": "unidades", "ag": "all-gathers por paso", "rs": "reduce-scatters por paso",
         "ag_mb": "MB en all-gather por paso", "peak_fwd": "pico, forward (MB)", "peak_bwd": "pico, backward (MB)",
-        "peak_one": "pico, 1 frase por rank (MB)",
+        "peak_one": "pico, 1 oración por rank (MB)",
         "mp": "precisión mixta de FSDP2", "grad_error": "error del gradiente (relativo)", "fwd_drift": "deriva de un forward",
         "weight_drift": "deriva de los pesos tras {k} pasos", "vs_fp32": "ídem, frente a FSDP fp32",
         "fp32": "fp32 (sin política)", "bf16 params, fp32 reduce": "parámetros bf16, reducción fp32",
@@ -82,7 +82,7 @@ LABELS = {
         "r_padding": "rank {r}: relleno", "r_bytes": "rank {r}: bytes", "phase": "fase (rank 0)",
         "after": "{kind} después (MB)", "during": "pico durante (MB)", "gradients": "gradientes", "gathered": "reunidos",
         "fig_memory": "Memoria de un paso de FSDP2 por política de envoltura (rank 0)",
-        "fig_batch": "lote de entrenamiento ({n} frases por rank)", "fig_one": "1 frase por rank",
+        "fig_batch": "lote de entrenamiento ({n} oraciones por rank)", "fig_one": "1 oración por rank",
         "fig_phase_peak": "pico durante la fase (MB)",
         "fig_ac": "Recálculo de activaciones: memoria frente a tiempo (rank 0)", "fig_time": "tiempo de paso, mediana (ms)",
         "fig_peak": "pico de memoria de un paso (MB)",
