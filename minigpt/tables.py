@@ -381,7 +381,8 @@ def fsdp_reading(lang: str) -> str:
     return render_markdown(lang)
 
 
-TABLES["fsdp-reading"] = fsdp_reading  # Lab 03's page
+# Page fragments that are not tables, written beside them (build/tables/<name>-<lang>.md).
+FRAGMENTS: dict[str, Callable[[str], str]] = {"fsdp-reading": fsdp_reading}  # Lab 03's page
 
 FIGURES: dict[str, Callable[[Path, str], None]] = {
     "zero-memory-per-device": figures.plot_zero_memory,
@@ -397,7 +398,7 @@ def write_all(tables_dir: Path, figures_dir: Path | None) -> list[Path]:
     """Write every table (and figure, unless ``figures_dir`` is None) in both languages."""
     written = []
     tables_dir.mkdir(parents=True, exist_ok=True)
-    for name, make in TABLES.items():
+    for name, make in {**TABLES, **FRAGMENTS}.items():
         for lang in LANGS:
             path = tables_dir / f"{name}-{lang}.md"
             path.write_text(make(lang), encoding="utf-8")

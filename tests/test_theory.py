@@ -214,6 +214,9 @@ def test_generator_writes_every_table_and_figure(tmp_path):
     with contextlib.redirect_stdout(out):
         assert tables.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir)]) == 0
     printed = out.getvalue().split()
+    for name in tables.FRAGMENTS:
+        for lang in LANGS:
+            assert str(tables_dir / f"{name}-{lang}.md") in printed
     for name in tables.TABLES:
         shapes = []
         for lang in LANGS:
@@ -271,7 +274,7 @@ def test_every_registered_table_and_figure_is_used():
     text += "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "lab").glob("[0-9][0-9]-*.md")))
     used_tables = {name for name, _ in INCLUDE.findall(text)}
     used_figures = {name for name, _ in FIGURE.findall(text)}
-    assert used_tables == set(tables.TABLES)
+    assert used_tables == set(tables.TABLES) | set(tables.FRAGMENTS)
     assert used_figures == set(tables.FIGURES)
 
 

@@ -56,16 +56,17 @@ def intervals(events: list[dict]) -> dict[str, list[dict]]:
 
 
 def draw_timeline(name: str, result: dict, report: dict, lang: str, path: Path) -> None:
-    """The last step of variant ``name`` (its entry ``result`` in the report) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """The last step of variant ``name`` (its entry ``result`` in the report) as a PNG. Drawn on a
+    bare ``Figure`` (no pyplot), so it leaves the caller's matplotlib backend alone (a notebook
+    keeps its inline plots)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     ranks = result["last_step_events"]
     units = ["root", *[f"blocks.{i}" for i in range(report["n_layer"])]]
-    fig, axes = plt.subplots(len(ranks), 1, figsize=(10, 1.0 + 2.3 * len(ranks)), sharex=True, squeeze=False)
+    fig = Figure(figsize=(10, 1.0 + 2.3 * len(ranks)))
+    axes = fig.subplots(len(ranks), 1, sharex=True, squeeze=False)
     for rank, (ax, events) in enumerate(zip(axes[:, 0], ranks)):
         bars = intervals(events)
         for kind, offset, height in (("forward", 0.0, 0.34), ("backward", 0.0, 0.34),
@@ -102,13 +103,12 @@ def draw_timeline(name: str, result: dict, report: dict, lang: str, path: Path) 
               Patch(color=COLOURS["reduce-scatter"], label=tr(lang, "reduce-scatter (below)", "reduce-scatter (abajo)")),
               Patch(color=COLOURS["all-gather blocked"], label=tr(lang, "dark: the thread is blocked (exposed)",
                                                                   "oscuro: el hilo espera (comunicación expuesta)")),
-              plt.Line2D([], [], color="black", linestyle="--", label=tr(lang, "loss.backward() called",
+              Line2D([], [], color="black", linestyle="--", label=tr(lang, "loss.backward() called",
                                                                          "se llama a loss.backward()"))]
     fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, metadata={"Software": None})
-    plt.close(fig)
 
 
 
