@@ -24,12 +24,10 @@ within 1e-5.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -297,10 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         from minigpt.dist.crosscheck_tables import console_table
         print(console_table(report))
         if args.report:
-            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(args.report).with_suffix(".tmp")
-            tmp.write_text(json.dumps(report, indent=2) + "\n")
-            os.replace(tmp, args.report)
+            launch.write_report(args.report, report)
             launch.log(ctx, f"report written to {args.report}")
     launch.teardown()
     return 0 if report["passed"] in (True, None) else 1

@@ -14,9 +14,11 @@ never a silent hang on another.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -111,6 +113,16 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     fail(ctx, f"{type(exc).__name__}: {first}\n  a peer rank probably died or stopped answering "
               f"(collective timeout {timeout_s:g} s); the other ranks stop too", code=1)
+
+
+def write_report(path: str | Path, report: dict, indent: int = 2) -> None:
+    """Write a run's JSON report atomically (a temporary file, then a rename): an interrupted run
+    leaves the previous report or none, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=indent) + "\n")
+    os.replace(tmp, path)
 
 
 def teardown() -> None:

@@ -20,7 +20,6 @@ bit-identical parameters. The single-process work is shared out between the rank
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -253,9 +252,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     if ctx.is_main:
         print_summary(report, ctx)
         if args.report:
-            tmp = Path(args.report).with_suffix(".tmp")
-            tmp.write_text(json.dumps(report, indent=2) + "\n")
-            os.replace(tmp, args.report)
+            launch.write_report(args.report, report)
             launch.log(ctx, f"report written to {args.report}")
     return report
 

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if "checkpoint" in names:
         report["checkpoint"]["load"] = start_load_half(args)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        launch.write_report(args.report, report)
         print(f"[rank 0] wrote {args.report}")
     ok = "checkpoint" not in names or report["checkpoint"]["load"].get("max_logit_difference") == 0.0
     return 0 if ok else 1

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -341,8 +340,6 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
                     draw_timeline(name, r, report, lang, folder / f"{name}-timeline-{lang}.png")
             launch.log(ctx, f"event logs and timelines written to {folder}")
         if args.report:
-            tmp = Path(args.report).with_suffix(".tmp")
-            tmp.write_text(json.dumps(report, indent=1) + "\n")
-            os.replace(tmp, args.report)
+            launch.write_report(args.report, report, indent=1)
             launch.log(ctx, f"report written to {args.report}")
     return report
