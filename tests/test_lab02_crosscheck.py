@@ -88,3 +88,39 @@ def test_the_committed_measurement_and_its_tables():
         assert abs(r["bytes_relative_difference"]) < 0.01, name
     for lang in ("en", "es"):
         assert (RESULTS / f"02-crosscheck-cpu-{lang}.txt").read_text() == markdown(data, lang)
+
+
+def test_zero1_in_a_world_of_one_is_adamw_and_refuses_a_partial_state_dict():
+    """One process (no torchrun): the shard is everything, the step is AdamW's to the bit, the
+    parameters and gradients are views of the flat buffers, and state_dict() is refused."""
+    code = """
+import torch
+from minigpt.dist import launch
+from minigpt.dist.zero1 import ZeroOneOptimizer
+launch.init()
+torch.manual_seed(0)
+a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+b.load_state_dict(a.state_dict())
+zero = ZeroOneOptimizer(a.parameters(), torch.optim.AdamW, lr=0.1, weight_decay=0.01)
+plain = torch.optim.AdamW(b.parameters(), lr=0.1, weight_decay=0.01)
+for step in range(3):
+    x = torch.randn(5, 8)
+    for model, opt in ((a, zero), (b, plain)):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+flat = zero.flat_params[0]
+assert all(p.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr() for p in a.parameters())
+assert zero.state_bytes() == 2 * 4 * sum(p.numel() for p in a.parameters())
+try:
+    zero.state_dict()
+except RuntimeError as exc:
+    assert "full_state()" in str(exc)
+else:
+    raise AssertionError("state_dict() should be refused")
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

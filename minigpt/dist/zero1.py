@@ -129,6 +129,16 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             grad.zero_()
         self._reduced = False
 
+    def state_dict(self):
+        """Refused: each rank holds only its shard of the state, so no rank can answer alone.
+        :meth:`full_state` gathers it (a collective: every rank calls it)."""
+        raise RuntimeError("ZeroOneOptimizer: rank-local state_dict() would hold 1/N of the optimizer state; "
+                           "call full_state() on every rank to gather the whole")
+
+    def load_state_dict(self, state_dict):
+        raise RuntimeError("ZeroOneOptimizer: cannot load a whole optimizer's state_dict, each rank holds only "
+                           "its shard; build it from the same seed and parameters instead")
+
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds (its shard's m and v for Adam)."""
         return sum(t.numel() * t.element_size() for s in self.local.state.values()
