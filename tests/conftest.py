@@ -115,6 +115,19 @@ def lab00(impl_name: str) -> _Exercises:
     return _Exercises("lab00_baseline", impl_name)
 
 
+@pytest.fixture
+def lab02(impl_name: str) -> _Exercises:
+    """Lab 02's functions (device_memory, zero2_step, step_collectives) under test."""
+    return _Exercises("lab02_zero", impl_name)
+
+
+@pytest.fixture
+def lab03(impl_name: str) -> _Exercises:
+    """Lab 03's functions (predict_event_order, local_norm_term, global_grad_norm_from_shards,
+    units_of_policy) under test."""
+    return _Exercises("lab03_fsdp", impl_name)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
     yield  # the outermost wrapper: the table comes after pytest's own summary, last on screen

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minigpt import impl
 from minigpt.zero import analytic as za
 from minigpt.zero import comm, memory, mlp, simulate
 
@@ -26,13 +25,6 @@ PAPER_TABLE_1 = {
            64: ("4187", "2218", "250"), 256: ("4046", "2054", "62.5"), 1024: ("4011", "2013", "15.6")},
 }
 
-
-@pytest.fixture
-def lab02(impl_name):
-    class Lab02:
-        def __getattr__(self, name):
-            return impl.load("lab02_zero", name, impl_name)
-    return Lab02()
 
 
 # --- Exercise 2.1: memory ----------------------------------------------------------------------

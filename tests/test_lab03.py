@@ -16,7 +16,6 @@ import pytest
 import torch
 from torch import nn
 
-from minigpt import impl
 from minigpt.model import GPTConfig, MiniGPT
 from tests.launcher import ROOT
 
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.lab("03")
 PREFETCH = json.loads((ROOT / "lab" / "results" / "03-prefetch-cpu.json").read_text())
 PRACTICE = json.loads((ROOT / "lab" / "results" / "03-practice-cpu.json").read_text())
 
-
-@pytest.fixture
-def lab03(impl_name):
-    class Lab03:
-        def __getattr__(self, name):
-            return impl.load("lab03_fsdp", name, impl_name)
-    return Lab03()
 
 
 def check_against_the_real_run(lab03, variants: list[str]) -> None:

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -32,7 +30,7 @@ from minigpt.fsdp.memory import PeakMemory, model_state_bytes
 from minigpt.fsdp.sharded_state import global_grad_norm_from_shards, local_norm_term
 from minigpt.model import MiniGPT
 from minigpt.train import TrainConfig
-from tests.launcher import ROOT, free_port
+from tests.launcher import ROOT, start_ranks
 
 SCRIPT = ROOT / "lab" / "03_fsdp_practice.py"
 WORLD = 2
@@ -43,24 +41,7 @@ DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "c
 
 def run_lab(args: list[str], world_size: int, timeout_s: float = 240.0) -> list[subprocess.CompletedProcess]:
     """Start ``python lab/03_fsdp_practice.py *args`` as ranks 0..world_size-1; kill all at the timeout."""
-    port = free_port()
-    procs = []
-    for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    deadline, done = time.monotonic() + timeout_s, []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, err = p.communicate()
-            err = f"killed after {timeout_s} s\n{err}"
-        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    return done
+    return start_ranks([str(SCRIPT), *args], world_size, timeout_s)
 
 
 @pytest.fixture(scope="module")
