@@ -248,8 +248,10 @@ def test_activation_checkpointing_same_gradients_less_memory(launched):
     r = launched["report"]["activation-checkpointing"]
     assert r["max_logit_difference"] == 0.0 and r["max_grad_difference"] == 0.0
     plain, ckpt = r["variants"]["plain"], r["variants"]["checkpointed"]
-    for phase in ("forward", "backward"):
-        assert ckpt["phase_peak_bytes"][phase] < 0.6 * plain["phase_peak_bytes"][phase], phase
+    # at this batch the checkpointed peak is 0.29x the plain one in forward and 0.52x-0.61x in
+    # backward (it moves from run to run: the recomputation's allocations interleave differently)
+    for phase, bound in (("forward", 0.5), ("backward", 0.75)):
+        assert ckpt["phase_peak_bytes"][phase] < bound * plain["phase_peak_bytes"][phase], phase
     assert ckpt["all_gathers"] == plain["all_gathers"] == 2 * 5 - 1
     assert len(plain["step_s"]) == len(ckpt["step_s"]) == STEPS and min(plain["step_s"] + ckpt["step_s"]) > 0
 
