@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from minigpt import figures, tables_lab02
+from minigpt import cli, figures, tables_lab02
 from minigpt.lang import LANGS, localize, num, pct, sci, size, tr
 from minigpt.zero import analytic as za
 
@@ -420,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the PNG figures go (default: docs/figures)")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     args = parser.parse_args(argv)
+    try:
+        cli.output_dir(args.tables_dir, "--tables-dir")
+        if not args.no_figures:
+            cli.output_dir(args.figures_dir, "--figures-dir")
+    except cli.BadInput as exc:
+        return cli.refuse(parser.prog, str(exc))
     for path in write_all(args.tables_dir, None if args.no_figures else args.figures_dir):
         print(path)
     return 0

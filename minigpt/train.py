@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt import grammar
+from minigpt import cli, grammar
 from minigpt.model import GPTConfig, MiniGPT
 
 DEFAULT_CHECKPOINT = "out/minigpt.pt"
@@ -247,8 +247,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def fail(message: str, prog: str = "minigpt.train") -> None:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """Refuse bad input: one line ``prog: error: message``, exit status 2 (see :mod:`minigpt.cli`)."""
+    raise SystemExit(cli.refuse(prog, message))
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None]:
@@ -278,11 +278,12 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError(f"--stop-at {args.stop_at} is not after the checkpoint's step {start}")
         if state is not None and start >= cfg.steps:
             raise ValueError(f"{args.resume} has already finished its {cfg.steps} steps")
+        args.out = args.out or args.resume or DEFAULT_CHECKPOINT
+        cli.output_file(args.out, "--out")  # checked before training; its folder is made when it is written
     except ValueError as exc:
         fail(str(exc))
     from tqdm import tqdm  # after validation: bad input answers at once
 
-    args.out = args.out or args.resume or DEFAULT_CHECKPOINT
     t0 = time.perf_counter()
     model = build_model(cfg)
     optimizer = build_optimizer(model, cfg)

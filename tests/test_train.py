@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from minigpt import train, tutor
+from tests.limits import limit
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "16",
         "--eval-every", "0", "--quiet", "--warmup", "2"]
@@ -115,7 +116,7 @@ def test_divergence_stops_with_a_message(tmp_path, capsys):
 def test_bad_input_from_the_real_command_line():
     """The same, as a learner sees it: a real process, exit status 2, one line on stderr."""
     proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--steps", "-1"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2
     assert proc.stderr.strip() == "minigpt.train: error: --steps must be a positive integer, got -1"
 
@@ -145,11 +146,11 @@ def test_tutor_command_line(default_run):
     checkpoint = default_run["checkpoint"]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     ok = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
-                         "la profesora escriben una carta"], capture_output=True, text=True, timeout=60, env=env)
+                         "la profesora escriben una carta"], capture_output=True, text=True, timeout=limit(60), env=env)
     assert ok.returncode == 0, ok.stderr
     assert "-> la profesora escribe una carta" in ok.stdout
     unknown = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
-                              "nosotros hablamos chino"], capture_output=True, text=True, timeout=60, env=env)
+                              "nosotros hablamos chino"], capture_output=True, text=True, timeout=limit(60), env=env)
     assert unknown.returncode == 2 and "unknown word 'chino'" in unknown.stderr
 
 

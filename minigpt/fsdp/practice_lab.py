@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from minigpt import cli
 from minigpt.fsdp.practice_tables import DEMOS, TABLES, render, table_load
 
 PROG = "lab/03_fsdp_practice.py"
@@ -43,7 +44,8 @@ TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_R
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=2 {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog=cli.TORCHRUN_EPILOG)
     p.add_argument("--only", default=",".join(DEMOS), metavar="NAME[,NAME]",
                    help=f"demonstrations to run, from: {', '.join(DEMOS)}")
     p.add_argument("--steps", type=int, default=10, help="training steps each demonstration takes "
@@ -77,19 +79,20 @@ def check_args(args: argparse.Namespace) -> list[str]:
         raise ValueError(f"--seed must not be negative, got {args.seed}")
     if not args.timeout > 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if args.report and rank0:  # rank 0 writes the report
+        cli.output_file(args.report, "--report")
     out_dir = Path(args.out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out-dir {args.out_dir} is a file; give a folder (it is created if missing)")
+    if not args.load_resharded and not args.render:  # every rank writes its shards there
+        cli.output_dir(out_dir, "--out-dir")
     sharded = out_dir / "sharded"
     if "checkpoint" in names and sharded.is_dir() and any(sharded.iterdir()) and not (sharded / ".metadata").exists():
         raise ValueError(f"--out-dir {args.out_dir}: {sharded} holds files that are not a DCP checkpoint; "
                          f"give another folder (an old checkpoint there is replaced, anything else is not)")
     if args.report and Path(args.report).suffix != ".json":
         raise ValueError(f"--report {args.report}: the report is JSON; give a file name ending in .json")
-    if args.render and not Path(args.render).is_file():
-        raise ValueError(f"--render {args.render}: no such file")
+    if args.render:
+        cli.input_file(args.render, "--render")
     if args.load_resharded and os.environ.get("WORLD_SIZE", "1") != "1":
         raise ValueError(f"--load-resharded reads the checkpoint in a world of one; run it with plain python, "
                          f"not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']})")
@@ -101,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         names = check_args(args)
     except ValueError as exc:
-        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return cli.refuse(PROG, str(exc))
     if args.render:
         for path in render(Path(args.render)):
             print(f"wrote {path}")
@@ -113,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.load_resharded:
         return load_half(args)
     if launch.torchrun_env()[2] < 2:
-        print(f"{PROG}: error: FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
-              f"(world size now {launch.torchrun_env()[2]})", file=sys.stderr)
-        return 2
+        return cli.refuse(PROG, f"FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
+                                f"(world size now {launch.torchrun_env()[2]})")
     ctx = launch.init(args.timeout)
     try:
         report = run(names, args, ctx)

@@ -38,6 +38,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from minigpt import cli
 from minigpt.fsdp.annotations import ANNOTATIONS, SECTIONS, Annotation, Section
 from minigpt.lang import LANGS, tr
 
@@ -369,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     keys = [a.key for a in ANNOTATIONS]
     if args.key is not None and args.key not in keys:
         parser.error(f"--key {args.key!r} is not a note key; choose from: {', '.join(keys)}")
-    if args.markdown is not None and args.markdown.is_dir():
-        parser.error(f"--markdown {str(args.markdown)!r} is a directory; give a file path")
+    if args.markdown is not None:
+        try:
+            cli.output_file(args.markdown, "--markdown")
+        except cli.BadInput as exc:
+            return cli.refuse(parser.prog, str(exc))
 
     if args.list:
         sys.stdout.write(render_list())
