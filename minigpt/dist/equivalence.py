@@ -1,17 +1,34 @@
 """Did the distributed run compute what one process would have? Logit drift and cross-rank checks.
 
-Two different questions, two measurements:
+Three measurements, each answering its own question:
 
-* **Step drift** (the course's criterion, <= 1e-5). Before each distributed step, the state of
-  the distributed model (parameters and optimizer state) is copied into a single-process model,
-  which then takes the same step on the whole global batch. The largest |logit difference| on a
-  fixed probe batch after the two steps measures how far *one step* of data parallelism is from
-  one step of a single process: only summation order differs, so it is a few float32 roundings.
+* **Step drift** (the course's criterion, <= 1e-5), against two single-process references.
+  Before each distributed step, the state of the distributed model (parameters and optimizer
+  state) is copied into one process, which then takes the same step, and the largest |logit
+  difference| on a fixed probe batch after the two steps is measured:
+
+  - against one process on the **whole global batch**: what data parallelism promises. Only the
+    order of the additions differs (the matrix products of backward sum over 64 rows at once,
+    or over 32 rows twice and then across the ranks), so the weights differ by a few roundings;
+  - against one process that **accumulates the same micro-batches** the ranks trained on (each
+    rank's slice, in rank order, ``loss / N`` each): what DDP itself controls. On two ranks the
+    two computations are the same float operations in the same order (``a + b`` is ``b + a``,
+    and halving is exact), so the weights must come out *bit-identical*; from three ranks on,
+    the cross-rank sum is associated differently and they differ by a rounding.
 * **Trajectory drift** (reported, not a criterion). A single-process run started from the same
   initial weights and never re-synchronised. Training is chaotic: a difference of one rounding
   grows step after step (AdamW and SGD alike), so after a few dozen float32 steps the two runs
   are different, equally good, models. A single process with gradient accumulation diverges
   from one without it in exactly the same way; the lab page shows it.
+
+**The probe is computed exactly.** The logits of both models are computed in float64 from
+their float32 weights (every float32 number is exactly a float64 number, see :class:`Probe`).
+A float32 forward pass would add its own rounding: two float32 forward passes through weights
+that differ in the last bit of a few hundred of 507,552 numbers take different rounding paths
+through four blocks, and their logits (about 20 in size, where one float32 step is 1.9e-6)
+differ by several such steps, however small the weights' difference. That noise is the
+measuring instrument's, not the training's, and it changes with the CPU's kernels. Measured in
+float64, the drift is the effect of the weights' difference alone.
 
 And the question DDP must answer exactly: do all ranks hold bit-identical parameters after every
 step? They must, since they all apply the same averaged gradient (:func:`ranks_bit_identical`).
@@ -37,9 +54,37 @@ def probe_batch(rows: int = 32, block_size: int = 32) -> torch.Tensor:
     return grammar.get_batch("val", 0, rows, block_size=block_size)[0]
 
 
+class Probe:
+    """The probe batch and an exact ruler for it: the logits a model's weights give, computed in
+    float64.
+
+    ``template`` is a model of the same architecture (its own weights are never used): a float64
+    copy of it receives the weights of each model measured (``load_state_dict`` copies float32
+    into float64 exactly) and runs the probe batch. Pass a plain model, not a wrapped one.
+    """
+
+    def __init__(self, template: torch.nn.Module, rows: int = 32, block_size: int = 32):
+        self.tokens = probe_batch(rows, block_size)
+        self.exact = copy.deepcopy(template).to(torch.float64).eval()
+
+    @torch.no_grad()
+    def logits(self, model: torch.nn.Module | dict[str, torch.Tensor]) -> torch.Tensor:
+        """The logits on the probe batch, computed in float64 from ``model``'s weights (a model, or
+        its full ``state_dict``: what a sharded model gathers)."""
+        state = model if isinstance(model, dict) else model.state_dict()
+        device = next(iter(state.values())).device
+        self.exact.to(device).load_state_dict(state)
+        return self.exact(self.tokens.to(device))[0]
+
+    def drift(self, model_a: torch.nn.Module | dict, model_b: torch.nn.Module | dict) -> float:
+        """max |logits_a - logits_b| on the probe batch, both computed exactly."""
+        return float((self.logits(model_a) - self.logits(model_b)).abs().max())
+
+
 @torch.no_grad()
 def logit_drift(model_a: torch.nn.Module, model_b: torch.nn.Module, probe: torch.Tensor) -> float:
-    """max |logits_a - logits_b| on ``probe``."""
+    """max |logits_a - logits_b| on ``probe``, each model's forward pass in its own precision.
+    (Lab 01's check uses :class:`Probe` instead, which adds no rounding of its own.)"""
     device = next(model_a.parameters()).device
     return float((model_a(probe.to(device))[0] - model_b(probe.to(device))[0]).abs().max())
 
@@ -131,8 +176,96 @@ def one_step_amplification(optimizer: str = "adamw", dtype: str = "float32", at_
         results.append((grads, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (g1, w1), (g2, w2) = results
     grad_diff, weight_diff = float((g1 - g2).abs().max()), float((w1 - w2).abs().max())
+    j = int((w1 - w2).abs().argmax())  # the weight that moved apart most: what happened there
     return {"optimizer": optimizer, "dtype": dtype, "at_step": at_step, "grad_diff": grad_diff,
-            "weight_diff": weight_diff, "amplification": weight_diff / grad_diff if grad_diff else float("nan")}
+            "weight_diff": weight_diff, "amplification": weight_diff / grad_diff if grad_diff else float("nan"),
+            "lr": lr_at(at_step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps),
+            "at_largest": {"weight": float(w1[j]), "ulp": ulp_of(float(w1[j]), w1.dtype),
+                           "grad_diff": float((g1 - g2)[j].abs()), "grad": float(g1[j])}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Where a step's drift comes from: which weights ended the step apart, and by how much
+
+
+def drift_sources(steps: list[int], optimizer: str = "adamw", top: int = 4) -> list[dict]:
+    """For each step in ``steps`` of Lab 01's default run on two ranks, find which weights make the
+    step drift, in one process.
+
+    Two ranks compute bit for bit what one process computes when it accumulates the two ranks'
+    micro-batches (``accum=2``; the check shows it at every step), so this trains such a process
+    up to each step, then takes the step twice from the same state: on the whole batch and on the
+    two micro-batches. For every parameter tensor it measures the probe's drift when *only that
+    tensor* differs (the other tensors taken from the micro-batch step), how many of its numbers
+    differ, and its largest difference in float32 steps (units in the last place, ulp) of the
+    weight it hit, with the gradient and AdamW's sqrt(v) there. Returns one dict per step, the
+    ``top`` tensors that move the logits most first.
+    """
+    from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+
+    settings = {"adamw": {}, "sgd": {"lr": 0.1, "min_lr": 0.0}}[optimizer]
+    configs = {"whole": TrainConfig(optimizer=optimizer, **settings),
+               "micro": TrainConfig(optimizer=optimizer, accum=2, **settings)}
+    model = build_model(configs["micro"])
+    opt = build_optimizer(model, configs["micro"])
+    probe = Probe(model)
+    found = []
+    for step in range(max(steps) + 1):
+        if step in steps:
+            start = snapshot(model, opt)
+            after = {}
+            for kind, cfg in configs.items():
+                m = build_model(cfg)
+                o = build_optimizer(m, cfg)
+                m.load_state_dict(start[0])
+                o.load_state_dict(copy.deepcopy(start[1]))
+                grads = {}
+                o.register_step_pre_hook(lambda *_, m=m, grads=grads: grads.update(
+                    {n: q.grad.detach().clone() for n, q in m.named_parameters()}))
+                train_step(m, o, step, cfg)
+                after[kind] = (m, o, grads)
+            found.append(_sources_of_one_step(step, after, probe, top))
+        train_step(model, opt, step, configs["micro"])
+    return found
+
+
+def ulp_of(x: float, dtype: torch.dtype = torch.float32) -> float:
+    """One unit in the last place of ``x`` in ``dtype``: the gap to the next representable number
+    (for float32, 2^-23 of the power of two at or below |x|: 1.19e-7 for weights between 1 and 2)."""
+    if x == 0:
+        return torch.finfo(dtype).tiny
+    _, exponent = math.frexp(abs(x))  # |x| = m * 2^exponent with 0.5 <= m < 1
+    return math.ldexp(torch.finfo(dtype).eps, exponent - 1)
+
+
+def _sources_of_one_step(step: int, after: dict, probe: Probe, top: int) -> dict:
+    (whole, _, g_whole), (micro, micro_opt, g_micro) = after["whole"], after["micro"]
+    base = probe.logits(micro)
+    diff = (probe.logits(whole) - base).abs()
+    b, t, v = (int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    w_whole, w_micro = whole.state_dict(), micro.state_dict()
+    hybrid = copy.deepcopy(micro)
+    params = dict(micro.named_parameters())
+    rows = []
+    for name, param in params.items():
+        hybrid.load_state_dict({**w_micro, name: w_whole[name]})
+        alone = float((probe.logits(hybrid) - base).abs().max())
+        dw = (w_whole[name] - w_micro[name]).abs().flatten()
+        j = int(dw.argmax())
+        weight = float(w_micro[name].flatten()[j])
+        ulp = ulp_of(weight, w_micro[name].dtype)
+        exp_avg_sq = micro_opt.state[param].get("exp_avg_sq")
+        rows.append({"param": name, "drift_alone": alone, "numbers_differing": int((dw > 0).sum()),
+                     "numbers": dw.numel(), "max_weight_difference": float(dw[j]), "weight_there": weight,
+                     "ulps_there": float(dw[j]) / ulp if dw[j] else 0.0,
+                     "gradient_there": float(g_micro[name].flatten()[j]),
+                     "gradient_difference_there": float((g_whole[name] - g_micro[name]).flatten()[j].abs()),
+                     "sqrt_v_there": float(exp_avg_sq.flatten()[j].sqrt()) if exp_avg_sq is not None else None})
+    rows.sort(key=lambda r: -r["drift_alone"])
+    differing = sum(r["numbers_differing"] for r in rows)
+    return {"step": step, "drift": float(diff.max()), "where": {"row": b, "position": t, "token": v,
+            "logit": float(base[b, t, v])}, "largest_logit": float(base.abs().max()),
+            "numbers_differing": differing, "numbers": sum(r["numbers"] for r in rows), "params": rows[:top]}
 
 
 AMPLIFICATION_HEADER = {
@@ -155,20 +288,80 @@ def amplification_tables(rows: list[dict]) -> dict[str, str]:
     return tables
 
 
-if __name__ == "__main__":
-    # python -m minigpt.dist.equivalence [OUTDIR]: measure, print, and write the Lab 01 guide's
-    # tables OUTDIR/01-amplification-en.txt and -es.txt (about 90 s on one core)
-    import json
-    import sys
-    from pathlib import Path
+SOURCES_HEADER = {
+    "en": "| step | drift | tensor | drift if only it differs | numbers differing | largest difference (ulp) | the weight there |",
+    "es": "| paso | deriva | tensor | deriva si solo él difiere | números distintos | mayor diferencia (ulp) | el peso ahí |",
+}
 
-    torch.set_num_threads(1)
-    rows = [one_step_amplification(optimizer, dtype, at_step)
-            for dtype in ("float32", "float64") for optimizer in ("sgd", "adamw") for at_step in (0, 100)]
-    tables = amplification_tables(rows)
+
+def sources_tables(found: list[dict]) -> dict[str, str]:
+    """The :func:`drift_sources` measurements as a Markdown table per language."""
+    from minigpt.lang import num, sci
+
+    tables = {}
+    for lang, header in SOURCES_HEADER.items():
+        lines = [header, "| ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+        for entry in found:
+            for k, r in enumerate(entry["params"]):
+                cells = [str(entry["step"]) if k == 0 else "", sci(entry["drift"], lang) if k == 0 else "",
+                         f"`{r['param']}`", sci(r["drift_alone"], lang),
+                         f"{num(r['numbers_differing'], lang)} / {num(r['numbers'], lang)}",
+                         num(r["ulps_there"], lang), num(r["weight_there"], lang, 4)]
+                lines.append("| " + " | ".join(cells) + " |")
+        tables[lang] = "\n".join(lines) + "\n"
+    return tables
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m minigpt.dist.equivalence [--sources STEPS] [--out DIR]``.
+
+    Without ``--sources``: measure the one-step amplification and print its table. With
+    ``--sources 0,286``: find which weights make the step drift of those steps (:func:`drift_sources`).
+    With ``--out DIR`` the JSON and the Lab 01 page's tables are written there too
+    (``01-amplification*`` or ``01-drift-sources*``)."""
+    import argparse
+    import json
+
+    from minigpt import cli
+
+    parser = argparse.ArgumentParser(prog="python -m minigpt.dist.equivalence",
+                                     description="How one optimizer step turns a rounding difference into a "
+                                                 "weight difference, and which weights make a step's drift.")
+    parser.add_argument("--sources", metavar="STEP[,STEP]", help="which weights make the drift of these steps "
+                        "of the default two-rank run")
+    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --sources")
+    parser.add_argument("--out", metavar="DIR", help="also write the JSON and the page's tables in DIR")
+    args = parser.parse_args(argv)
+    try:
+        steps = []
+        if args.sources is not None:
+            try:
+                steps = sorted({int(x) for x in args.sources.split(",") if x.strip()})
+            except ValueError:
+                steps = []
+            if not steps or not all(0 <= x < 450 for x in steps):
+                raise cli.BadInput(f"--sources {args.sources!r}: give steps between 0 and 449, e.g. 0,286")
+        out = cli.output_dir(args.out, "--out") if args.out is not None else None
+    except cli.BadInput as exc:
+        return cli.refuse(parser.prog, str(exc))
+    torch.set_num_threads(1)  # as each torchrun rank
+    if steps:
+        rows = drift_sources(steps, args.optimizer)
+        tables, name = sources_tables(rows), f"01-drift-sources-{args.optimizer}"
+    else:
+        rows = [one_step_amplification(optimizer, dtype, at_step)
+                for dtype in ("float32", "float64") for optimizer in ("sgd", "adamw") for at_step in (0, 100)]
+        tables, name = amplification_tables(rows), "01-amplification"
     print(tables["en"])
-    if len(sys.argv) > 1:
-        out = Path(sys.argv[1])
-        (out / "01-amplification.json").write_text(json.dumps(rows, indent=2) + "\n")
+    if out is not None:
+        cli.make_parents(out, is_dir=True)
+        (out / f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
         for lang, text in tables.items():
-            (out / f"01-amplification-{lang}.txt").write_text(text)
+            (out / f"{name}-{lang}.txt").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -12,37 +12,42 @@ GPU. Only rank 0 prints progress; errors name their rank; a peer that dies ends 
 DDP with ``torch.distributed.all_reduce`` ("bucketed"), the same with the ring collectives of
 :mod:`minigpt.dist.ring` ("ring"), and PyTorch's own ``DistributedDataParallel`` ("torch-ddp").
 After every step it measures, for each (see :mod:`minigpt.dist.equivalence`): the step drift
-against one process taking the same step from the same state (criterion: <= 1e-5), the
-trajectory drift against an independent single-process run, and whether all ranks hold
-bit-identical parameters. The single-process work is shared out between the ranks.
+against one process taking the same step from the same state on the whole batch (criterion:
+<= 1e-5) and against one process accumulating the same micro-batches (criterion: <= 1e-5; on two
+ranks it must even be bit-identical), the trajectory drift against an independent single-process
+run, and whether all ranks hold bit-identical parameters. The single-process work is shared out
+between the ranks (:class:`Check`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
 import sys
 import time
-from dataclasses import fields
-from pathlib import Path
+from dataclasses import fields, replace
 
 import torch
 import torch.distributed as dist
 
-from minigpt import grammar, impl
+from minigpt import cli, grammar, impl
 from minigpt.dist import equivalence, launch
 from minigpt.train import DTYPES, OPTIMIZERS, TrainConfig, build_model, build_optimizer, train_step, validate
 
 VARIANTS = ("bucketed", "ring", "torch-ddp")
-DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 5 buckets
+# what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.dist.kernel_sets)
+KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 4 buckets
 PROG = "lab/01_ddp.py"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
     p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog=cli.TORCHRUN_EPILOG)
     for f in fields(TrainConfig):
         if f.name in ("eval_every", "eval_sentences", "accum"):
             continue
@@ -89,8 +94,8 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if args.test_sentences is not None and args.test_sentences < 1:
         raise ValueError(f"--test-sentences must be at least 1, got {args.test_sentences}")
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    if args.report and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+        cli.output_file(args.report, "--report")
     return cfg
 
 
@@ -111,10 +116,90 @@ class Run:
         self.model = build_model(cfg).to(ctx.device)
         self.wrapped = wrap(variant, self.model, args, ctx)
         self.optimizer = build_optimizer(self.model, cfg)
-        self.step_drift = equivalence.DriftLog()
+        self.step_drift = equivalence.DriftLog()         # against one process, whole batch
+        self.float32_probe_drift = equivalence.DriftLog()  # the same, the probe's forward in float32
+        self.micro_drift = equivalence.DriftLog()        # against one process, the same micro-batches
+        self.micro_bit_identical = True                  # ... and bit-identical to it after every step
         self.trajectory_drift = equivalence.DriftLog()
         self.bit_identical = True
         self.seconds = 0.0
+
+
+class Check:
+    """``--check``: after every step, every variant against one process, shared out over the ranks.
+
+    Per step there are single-process *jobs*: for each variant, the step on the whole batch
+    ("whole") and the step accumulating the ranks' micro-batches ("micro"), both from the
+    variant's state before the step; and one step of the independent trajectory. Job k is done by
+    rank k % world_size; its owner snapshots the variant's state before the step. A variant whose
+    parameters have been bit-identical to an earlier variant's since step 0 takes the same
+    single-process steps, so they are computed once (on two ranks the three variants stay
+    identical: ``a + b`` is ``a + b`` however it is reduced; from three ranks on, the ring adds in
+    another order than gloo, and each variant gets its own).
+    """
+
+    ROWS = ("whole", "micro", "micro differs", "trajectory", "whole, float32 probe")  # what each step measures
+
+    def __init__(self, runs: list[Run], cfg: TrainConfig, ctx: launch.DistContext):
+        self.runs, self.cfg, self.ctx = runs, cfg, ctx
+        self.jobs = [("trajectory", 0)] + [(kind, i) for i in range(len(runs)) for kind in ("whole", "micro")]
+        self.mine = {job for k, job in enumerate(self.jobs) if k % ctx.world_size == ctx.rank}
+        self.configs = {"whole": cfg, "micro": replace(cfg, accum=cfg.accum * ctx.world_size)}
+        self.probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)
+        self.scratch = {kind: self._model_and_optimizer(c) for kind, c in self.configs.items()}
+        self.trajectory = self._model_and_optimizer(cfg) if ("trajectory", 0) in self.mine else None
+        self.twin_of = {i: 0 for i in range(1, len(runs))}
+        self.before: dict[int, tuple[dict, dict]] = {}
+
+    def _model_and_optimizer(self, cfg: TrainConfig):
+        model = build_model(cfg).to(self.ctx.device)
+        return model, build_optimizer(model, cfg)
+
+    def snapshot(self, i: int) -> None:
+        """Before variant ``i`` steps: keep its state if this rank does one of its jobs."""
+        if ("whole", i) in self.mine or ("micro", i) in self.mine:
+            self.before[i] = equivalence.snapshot(self.runs[i].model, self.runs[i].optimizer)
+
+    def after_step(self, step: int) -> None:
+        """Do this rank's jobs for ``step``, share the results (one all-reduce), record them."""
+        runs, n = self.runs, len(self.runs)
+        digests = [equivalence.params_digest(run.model) for run in runs]
+        self.twin_of = {i: t for i, t in self.twin_of.items() if digests[i] == digests[t]}
+        # what this rank found, one row per measurement, one column per variant; shared with a MAX
+        found = torch.zeros(len(self.ROWS), n, dtype=torch.float64)
+        row = {name: k for k, name in enumerate(self.ROWS)}
+        for kind, i in sorted(self.mine):
+            if kind == "trajectory":
+                model, optimizer = self.trajectory
+                train_step(model, optimizer, step, self.cfg)
+                for j, run in enumerate(runs):
+                    found[row["trajectory"], j] = self.probe.drift(model, run.model)
+            elif i not in self.twin_of:
+                model, optimizer = self.scratch[kind]
+                model.load_state_dict(self.before[i][0])
+                optimizer.load_state_dict(copy.deepcopy(self.before[i][1]))
+                train_step(model, optimizer, step, self.configs[kind])
+                found[row[kind], i] = self.probe.drift(model, runs[i].model)
+                if kind == "whole":
+                    found[row["whole, float32 probe"], i] = equivalence.logit_drift(model, runs[i].model,
+                                                                                    self.probe.tokens)
+                else:
+                    found[row["micro differs"], i] = float(equivalence.params_digest(model) != digests[i])
+        self.before.clear()
+        found = found.to(self.ctx.device)
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        found = found.cpu()
+        for i, t in self.twin_of.items():  # a twin's single-process steps are its twin's
+            trajectory = found[row["trajectory"], i].clone()
+            found[:, i] = found[:, t]
+            found[row["trajectory"], i] = trajectory
+        for i, run in enumerate(runs):
+            run.step_drift.add(float(found[row["whole"], i]))
+            run.float32_probe_drift.add(float(found[row["whole, float32 probe"], i]))
+            run.micro_drift.add(float(found[row["micro"], i]))
+            run.micro_bit_identical &= not bool(found[row["micro differs"], i])
+            run.trajectory_drift.add(float(found[row["trajectory"], i]))
+            run.bit_identical &= equivalence.ranks_bit_identical(run.model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         rank, _, world_size = launch.torchrun_env()
         cfg = check_args(args, world_size)
     except (ValueError, RuntimeError) as exc:
-        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return cli.refuse(PROG, str(exc))
     if args.impl:
         os.environ[impl.ENV_VAR] = args.impl
     ctx = launch.init(args.timeout)
@@ -153,34 +236,19 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
                         f"({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = {ctx.world_size} x "
                         f"{cfg.batch_size // ctx.world_size} | {cfg.optimizer} {cfg.dtype} | {cfg.steps} steps | "
                         f"implementation: {impl.current()}")
-        launch.log(ctx, f"{len(layout)} buckets of at most {args.bucket_cap_mb:g} MiB: "
+        launch.log(ctx, f"{len(layout)} buckets, each closed when it reaches {args.bucket_cap_mb:g} MiB: "
                         + ", ".join(f"{b['bytes'] / 2**10:.0f} KiB" for b in layout))
         if args.check:
             launch.log(ctx, f"--check: variants {', '.join(variants)}; one-process work shared over the ranks")
-
-    # --check: who computes which single-process reference (rank i % world_size for item i)
-    owner = {name: i % ctx.world_size for i, name in enumerate([*variants, "trajectory"])}
-    if args.check:
-        probe = equivalence.probe_batch(block_size=cfg.block_size)
-        scratch = build_model(cfg).to(ctx.device)  # takes each variant's single-process step
-        scratch_opt = build_optimizer(scratch, cfg)
-        if owner["trajectory"] == ctx.rank:
-            trajectory = build_model(cfg).to(ctx.device)
-            trajectory_opt = build_optimizer(trajectory, cfg)
+    check = Check(runs, cfg, ctx) if args.check else None
 
     bar = tqdm(range(cfg.steps), desc=f"[rank 0] train ({main_variant})", disable=args.quiet or not ctx.is_main,
                dynamic_ncols=True, file=sys.stdout)
     losses = []
-    # variants whose parameters have been bit-identical to an earlier variant's since step 0 take
-    # the same single-process step, so it is computed once (in a world of 2, a+b is a+b however
-    # it is reduced, and the three variants stay identical; from 3 ranks on, the ring's order
-    # differs and each variant gets its own)
-    twin_of = {i: 0 for i in range(1, len(runs))}
     for step in bar:
-        before = {}
         for i, run in enumerate(runs):
-            if args.check and owner[run.variant] == ctx.rank:
-                before[i] = equivalence.snapshot(run.model, run.optimizer)
+            if check:
+                check.snapshot(i)
             t0 = time.perf_counter()
             loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
             run.seconds += time.perf_counter() - t0
@@ -191,32 +259,11 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
                 if not math.isfinite(losses[-1]):
                     raise FloatingPointError(f"the loss is {losses[-1]} at step {step}: training diverged; "
                                              f"try a smaller --lr (now {cfg.lr:g})")
-        if args.check:
-            digests = [equivalence.params_digest(run.model) for run in runs]
-            twin_of = {i: t for i, t in twin_of.items() if digests[i] == digests[t]}
-            drifts = torch.zeros(2 * len(runs), dtype=torch.float64)
-            for i, (params, optimizer_state) in before.items():
-                if i in twin_of:
-                    continue
-                scratch.load_state_dict(params)
-                scratch_opt.load_state_dict(optimizer_state)
-                train_step(scratch, scratch_opt, step, cfg)
-                drifts[i] = equivalence.logit_drift(scratch, runs[i].model, probe)
-            if owner["trajectory"] == ctx.rank:
-                train_step(trajectory, trajectory_opt, step, cfg)
-                for i, run in enumerate(runs):
-                    drifts[len(runs) + i] = equivalence.logit_drift(trajectory, run.model, probe)
-            drifts = drifts.to(ctx.device)
-            dist.all_reduce(drifts, op=dist.ReduceOp.MAX)
-            for i, t in twin_of.items():
-                drifts[i] = drifts[t]
-            for i, run in enumerate(runs):
-                run.step_drift.add(float(drifts[i]))
-                run.trajectory_drift.add(float(drifts[len(runs) + i]))
-                run.bit_identical &= equivalence.ranks_bit_identical(run.model)
+        if check:
+            check.after_step(step)
         if ctx.is_main:
             postfix = {"loss": f"{losses[-1]:.4f}"}
-            if args.check:
+            if check:
                 postfix["step drift"] = f"{max(r.step_drift.final for r in runs):.1e}"
             bar.set_postfix(postfix)
     bar.close()
@@ -224,28 +271,38 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     # every rank scores the same model (bit-identical), so no rank waits for another
     accuracy = grammar.score(main_run.model, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
     seconds = time.perf_counter() - t_start
-    per_variant = {r.variant: {"step_drift": r.step_drift.summary(), "trajectory_drift": r.trajectory_drift.summary(),
+    per_variant = {r.variant: {"step_drift": r.step_drift.summary(),
+                               "step_drift_float32_probe": r.float32_probe_drift.summary(),
+                               "micro_batch_drift": r.micro_drift.summary(),
+                               "bit_identical_to_micro_batches": r.micro_bit_identical,
+                               "trajectory_drift": r.trajectory_drift.summary(),
                                "ranks_bit_identical": r.bit_identical, "seconds_per_step": r.seconds / cfg.steps}
                    for r in runs}
     passed = True
-    if args.check:
-        worst = max(r.step_drift.worst for r in runs)
+    if check:
+        worst = max(max(r.step_drift.worst, r.micro_drift.worst) for r in runs)
         identical = all(r.bit_identical for r in runs)
         passed = worst <= equivalence.TOLERANCE and identical
     report = {
-        "max_logit_drift": max(r.step_drift.worst for r in runs) if args.check else None,
-        "final_logit_drift": max(r.step_drift.final for r in runs) if args.check else None,
-        "ranks_bit_identical": all(r.bit_identical for r in runs) if args.check else None,
+        "max_logit_drift": max(r.step_drift.worst for r in runs) if check else None,
+        "final_logit_drift": max(r.step_drift.final for r in runs) if check else None,
+        "max_micro_batch_drift": max(r.micro_drift.worst for r in runs) if check else None,
+        "bit_identical_to_micro_batches": all(r.micro_bit_identical for r in runs) if check else None,
+        "ranks_bit_identical": all(r.bit_identical for r in runs) if check else None,
         "tolerance": equivalence.TOLERANCE,
+        "probe": "float64 forward of the float32 weights" if cfg.dtype == "float32" else "float64",
         "passed": passed,
         "tutor_accuracy": accuracy["accuracy"], "tutor_correct": accuracy["correct"], "tutor_total": accuracy["total"],
         "world_size": ctx.world_size, "steps": cfg.steps, "backend": ctx.backend, "device": str(ctx.device),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+        "kernel_set_variables": {name: os.environ.get(name) for name in KERNEL_SET_VARIABLES},
+        "date": time.strftime("%Y-%m-%d"),
         "optimizer": cfg.optimizer, "dtype": cfg.dtype, "seed": cfg.seed, "batch_size": cfg.batch_size,
-        "bucket_cap_mb": args.bucket_cap_mb, "buckets": main_run.wrapped.bucket_layout(),
+        "accum": cfg.accum, "bucket_cap_mb": args.bucket_cap_mb, "buckets": main_run.wrapped.bucket_layout(),
         "bytes_all_reduced_per_step": main_run.wrapped.bytes_all_reduced,
         "last_step_timeline": main_run.wrapped.last_timeline(),
         "synchronised_backward_passes": main_run.wrapped.steps_synchronised,  # --accum: one per step
-        "variants_bit_identical_to_each_other": bool(args.check and len(twin_of) == len(runs) - 1),
+        "variants_bit_identical_to_each_other": bool(check and len(check.twin_of) == len(runs) - 1),
         "final_loss": losses[-1], "seconds": seconds, "implementation": impl.current(),
         "variants": per_variant,
     }
@@ -259,10 +316,12 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
 
 def print_summary(report: dict, ctx: launch.DistContext) -> None:
     if report["max_logit_drift"] is not None:
-        launch.log(ctx, "variant     | step drift: max (step), final | trajectory drift: max, first step > 1e-5 | ranks bit-identical")
+        launch.log(ctx, "variant     | step drift, whole batch: max (step), final | step drift, same micro-batches: "
+                        "max, bit-identical | trajectory drift: max, first step > 1e-5 | ranks bit-identical")
         for name, v in report["variants"].items():
-            s, t = v["step_drift"], v["trajectory_drift"]
+            s, m, t = v["step_drift"], v["micro_batch_drift"], v["trajectory_drift"]
             launch.log(ctx, f"{name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
+                            f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
                             f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}")
         verdict = "PASS" if report["passed"] else "FAIL"
         launch.log(ctx, f"check {verdict}: max logit drift {report['max_logit_drift']:.2e} "
