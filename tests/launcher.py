@@ -5,19 +5,43 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.limits import HINT
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no one listens on, for a rendezvous store that binds it a moment later. It is chosen
+    outside the ephemeral range: the ports of outgoing connections (gloo opens many) come from that
+    range, so none of them can take this one in between. (Asking the kernel for port 0 would hand
+    out an ephemeral port, free now but fair game for the next outgoing connection.)"""
+    taken = ephemeral_ports()
+    candidates = [p for p in range(20000, 32000) if p not in taken]
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000 outside the ephemeral range")
 
 
 def start_ranks(command: list[str], world_size: int, timeout_s: float,
@@ -40,7 +64,7 @@ def start_ranks(command: list[str], world_size: int, timeout_s: float,
             for q in procs:
                 q.kill()
             out, err = p.communicate()
-            err = f"killed after {timeout_s} s\n{err}"
+            err = f"killed at its time limit of {timeout_s:g} s ({HINT})\n{err}"
         done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
     return done
 

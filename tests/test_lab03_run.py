@@ -22,6 +22,7 @@ from minigpt.fsdp.variants import VARIANTS, predict_all_gather_order, predict_ev
 from minigpt.model import MiniGPT
 from minigpt.train import TrainConfig
 from tests.launcher import ROOT, free_port, run_ranks
+from tests.limits import limit
 
 WORLD, STEPS = 2, 3
 FLOAT32 = 4
@@ -37,7 +38,7 @@ def lab_run(tmp_path_factory) -> dict:
     """The report of one 2-rank run of every variant, and where its trace files are."""
     out = tmp_path_factory.mktemp("lab03")
     report, traces = out / "report.json", out / "traces"
-    results, errors = run_ranks(ROOT / "tests" / "fsdp_worker.py", WORLD, out, timeout_s=240,
+    results, errors = run_ranks(ROOT / "tests" / "fsdp_worker.py", WORLD, out, timeout_s=limit(240),
                                 args=["--variants", "all", "--steps", str(STEPS), "--report", str(report),
                                       "--trace-dir", str(traces), "--quiet"])
     for rank, (result, error) in enumerate(zip(results, errors)):
@@ -201,7 +202,7 @@ def test_bad_input_exits_2_naming_the_value_before_any_process_group(tmp_path):
                                         stderr=subprocess.PIPE, text=True)
              for expected, args in cases.items()}
     for expected, proc in procs.items():
-        out, err = proc.communicate(timeout=50)
+        out, err = proc.communicate(timeout=limit(50))
         assert proc.returncode == 2, (expected, out, err)
         assert expected in err and "error" in err, err
     assert not report.exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -22,7 +23,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), \
         f"{path.name} is stored with outputs; clear them before committing"
-    NotebookClient(notebook, timeout=180, kernel_name="python3",
+    NotebookClient(notebook, timeout=limit(180), kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

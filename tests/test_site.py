@@ -23,10 +23,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.limits import limit
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "out" / "test-artifacts"
-BROWSER_TIMEOUT_MS = 20_000
+BROWSER_TIMEOUT_MS = int(1000 * limit(20))
 
 
 def english_pages() -> list[str]:
@@ -47,10 +49,10 @@ def site(tmp_path_factory) -> SimpleNamespace:
     """Generate the tables and figures, then build the whole site once, strictly."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     tables = subprocess.run([sys.executable, "-m", "minigpt.tables"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=180)
+                            capture_output=True, text=True, timeout=limit(180))
     out = tmp_path_factory.mktemp("site") / "site"
     build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(180))
     return SimpleNamespace(dir=out, tables=tables, build=build)
 
 
@@ -123,8 +125,8 @@ MATH_DRAWN = """() => [...document.querySelectorAll('mjx-container')]
 def test_site_in_a_real_browser(server):
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install chromium` to run the browser test")
+            pytest.fail(f"{CHROMIUM} is missing: `make install` (run by `make test`) installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing, so the website was not tested in a browser: `make install` as root (or `sudo apt-get install chromium`) installs it")
     from playwright.sync_api import sync_playwright
 
     outside, local_errors, page_errors = [], [], []

@@ -1,0 +1,34 @@
+"""The suite's time limits, in one place.
+
+Every limit is sized for a slow, busy laptop (several times what the command takes on the
+course's two-core machine at rest), so that a slow machine is never reported as a broken one.
+``MINIGPT_TIME_SCALE`` multiplies them all: ``MINIGPT_TIME_SCALE=3 make test`` on a machine that
+needs more. A limit that runs out says so, with its value and this variable (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+VARIABLE = "MINIGPT_TIME_SCALE"
+
+
+def scale() -> float:
+    """The factor from the environment (1 when unset); a bad value is an error that says so."""
+    text = os.environ.get(VARIABLE, "1")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{VARIABLE}={text!r}: give a positive number, e.g. 2")
+    return value
+
+
+def limit(seconds: float) -> float:
+    """``seconds``, scaled by ``MINIGPT_TIME_SCALE``."""
+    return seconds * scale()
+
+
+HINT = (f"time limits are sized for a slow, busy laptop; if this machine is slower or busier, "
+        f"raise them all with {VARIABLE}=3 (now {os.environ.get(VARIABLE, '1')})")
