@@ -26,6 +26,7 @@ from torch import nn
 
 from minigpt import impl
 from minigpt.dist import ring as ring_ref
+from tests.limits import limit
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None  # tests import Toy from here
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -47,7 +48,7 @@ def digest(t: torch.Tensor) -> str:
 
 
 def group_of(size: int, timeout_s: float = 20.0):
-    return dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=limit(timeout_s)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +179,7 @@ def ddp_toy(group, collective: str = "torch") -> dict:
     expected = expected_grads(reference_copy, 2)
     torch.manual_seed(RANK)  # different on each rank: the constructor must broadcast rank 0's
     model = Toy()
-    ddp = BucketedDDP(model, bucket_cap_mb=400 / 2**20, process_group=group, collective=collective)
+    ddp = BucketedDDP(model, bucket_cap_mb=200 / 2**20, process_group=group, collective=collective)
     same_start = all(torch.equal(p, q) for p, q in zip(model.parameters(), reference_copy.parameters()))
     loss = ddp(toy_batch(RANK))
     loss.backward()
@@ -207,7 +208,7 @@ def ddp_no_sync(group) -> dict:
     local = {n: p.grad.clone() for n, p in reference_copy.named_parameters() if p.grad is not None}
     model = Toy()
     model.load_state_dict(reference_copy.state_dict())
-    ddp = BucketedDDP(model, bucket_cap_mb=400 / 2**20, process_group=group)
+    ddp = BucketedDDP(model, bucket_cap_mb=200 / 2**20, process_group=group)
     with ddp.no_sync():
         ddp(toy_batch(RANK)).backward()
     stayed_local = grad_error(model, local)
@@ -225,7 +226,7 @@ def ddp_no_sync(group) -> dict:
 
 def ddp_minigpt(group) -> dict:
     """Three AdamW steps of a small MiniGPT: two ranks against one process on the global batch."""
-    from minigpt import grammar
+    from minigpt.dist import equivalence
     from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
     BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
     cfg = TrainConfig(steps=3, batch_size=16, n_layer=2, n_head=2, n_embd=32, warmup=1, lr=1e-3)
@@ -234,13 +235,12 @@ def ddp_minigpt(group) -> dict:
     model = build_model(cfg)
     ddp = BucketedDDP(model, bucket_cap_mb=0.05, process_group=group)
     opt = build_optimizer(model, cfg)
-    probe = grammar.get_batch("val", 0, 8)[0]
+    probe = equivalence.Probe(build_model(cfg), rows=8)  # logits computed exactly (float64)
     drifts, digests = [], []
     for step in range(cfg.steps):
         train_step(baseline, base_opt, step, cfg)
         train_step(ddp, opt, step, cfg, rank=RANK, world_size=2)
-        with torch.no_grad():
-            drifts.append(float((baseline(probe)[0] - model(probe)[0]).abs().max()))
+        drifts.append(probe.drift(baseline, model))
         digests.append(digest(torch.cat([p.flatten() for p in model.parameters()])))
     return {"drifts": drifts, "digests": digests, "buckets": len(ddp.buckets)}
 
@@ -290,8 +290,80 @@ def ddp_unused(group) -> dict:
     return {"raised": False, "seconds": time.perf_counter() - start}
 
 
+class Mixed(nn.Module):
+    """A float32 layer and a float64 one: one bucket cannot hold both."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 8).double()
+
+    def forward(self, x):
+        return self.second(torch.tanh(self.first(x)).double())
+
+
+def models_it_was_not_built_for() -> dict[str, nn.Module]:
+    """Shapes MiniGPT does not have: tied weights and a frozen layer (Toy), an MLP stack whose
+    weights are larger than the cap, many small layers, and a float64 layer beside float32 ones."""
+    torch.manual_seed(0)
+    return {
+        "toy": Toy(),
+        "mlp": nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16), nn.GELU(), nn.Linear(16, 4)),
+        "many-small": nn.Sequential(*[nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 6)) for _ in range(12)]),
+        "mixed-dtypes": Mixed(),
+    }
+
+
+def model_loss(name: str, model: nn.Module, step: int, rank: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    if name == "toy":
+        return model(torch.randint(0, 10, (4, 5), generator=g))
+    width = {"mlp": 16, "many-small": 6, "mixed-dtypes": 8}[name]
+    return model(torch.randn(4, width, generator=g)).square().mean()
+
+
+def ddp_against_torch(group, size: int) -> dict:
+    """The reference BucketedDDP and PyTorch's DDP on the same models, data and caps, 3 SGD steps
+    (momentum): their parameters must agree on every world size. Not graded: it checks the
+    course's DDP, whatever implementation is selected."""
+    from minigpt.dist.ddp import BucketedDDP
+    out = {}
+    for name in models_it_was_not_built_for():
+        for cap_bytes in (100, 4000):
+            models = [models_it_was_not_built_for()[name] for _ in range(2)]
+            wrapped = [BucketedDDP(models[0], bucket_cap_mb=cap_bytes / 2**20, process_group=group),
+                       nn.parallel.DistributedDataParallel(models[1], bucket_cap_mb=cap_bytes / 2**20,
+                                                           process_group=group)]
+            optimizers = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+                          for m in models]
+            for step in range(3):
+                for w, opt in zip(wrapped, optimizers):
+                    model_loss(name, w, step, dist.get_rank(group)).backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            diffs = [float((a.double() - b.double()).abs().max()) for a, b in zip(*(m.parameters() for m in models))]
+            out[f"{name}@{cap_bytes}"] = {"max_diff": max(diffs), "buckets": len(wrapped[0].buckets)}
+    return out
+
+
+def ddp_versions(group) -> dict:
+    """Lab 01's benchmark compares the DDP's earlier versions (minigpt/dist/ddp_steps.py): each
+    must compute the same gradients as the reference, bit for bit (2 ranks)."""
+    from minigpt.dist.ddp_steps import VERSIONS
+    grads = {}
+    for version, cls in VERSIONS.items():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+        ddp = cls(model, bucket_cap_mb=1000 / 2**20, process_group=group)
+        for step in range(2):  # the second step finds .grad already in the buckets (views)
+            for p in model.parameters():
+                p.grad = None if step == 0 else p.grad.zero_()
+            ddp(torch.randn(4, 16, generator=torch.Generator().manual_seed(step + 10 * RANK))).square().mean().backward()
+        grads[version] = digest(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    return {"digests": grads}
+
+
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
     torch.set_num_threads(1)
     groups = {size: group_of(size) for size in range(1, WORLD + 1)}
     for size, group in groups.items():
@@ -305,6 +377,10 @@ def main() -> None:
         record("ddp_ring", lambda: ddp_toy(pair, collective="ring"))
         record("ddp_no_sync", lambda: ddp_no_sync(pair))
         record("ddp_minigpt", lambda: ddp_minigpt(pair))
+        record("ddp_versions", lambda: ddp_versions(pair))
+    for size, group in groups.items():
+        if 2 <= size and RANK < size:
+            record(f"ddp_against_torch_{size}", lambda: ddp_against_torch(group, size))
     # the scenarios that can leave ranks out of step: own groups, short timeouts, last
     risky = [group_of(2, timeout_s=8.0) for _ in range(2)]
     if RANK < 2:

@@ -15,6 +15,7 @@ from torch import nn
 
 from minigpt import impl
 from tests.launcher import ROOT, run_ranks
+from tests.limits import limit
 
 pytestmark = [pytest.mark.lab("01"), pytest.mark.timeout(180)]
 WORLD = 4
@@ -25,7 +26,7 @@ def ranks(request, tmp_path_factory) -> list[dict]:
     """Every rank's results: ``ranks[r][scenario]``."""
     impl_name = request.config.getoption("--impl")
     outdir = tmp_path_factory.mktemp(f"lab01-{impl_name}")
-    results, errors = run_ranks(ROOT / "tests" / "dist_worker.py", WORLD, outdir, timeout_s=150,
+    results, errors = run_ranks(ROOT / "tests" / "dist_worker.py", WORLD, outdir, timeout_s=limit(150),
                                 extra_env={impl.ENV_VAR: impl_name})
     for rank, (res, err) in enumerate(zip(results, errors)):
         if "finished" not in res:
@@ -125,8 +126,8 @@ def stack() -> nn.Sequential:
 def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
     assert names(assign_buckets(stack(), 80)) == [["2.bias", "2.weight"], ["1.bias", "1.weight"],
                                                   ["0.bias", "0.weight"]]
-    assert names(assign_buckets(stack(), 100)) == [["2.bias", "2.weight", "1.bias"], ["1.weight", "0.bias"],
-                                                   ["0.weight"]]
+    assert names(assign_buckets(stack(), 100)) == [["2.bias", "2.weight", "1.bias", "1.weight"],
+                                                   ["0.bias", "0.weight"]]
     assert names(assign_buckets(stack(), 10_000)) == [["2.bias", "2.weight", "1.bias", "1.weight", "0.bias",
                                                        "0.weight"]]
     buckets = assign_buckets(stack(), 80)
@@ -134,8 +135,11 @@ def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
 
 
 @pytest.mark.points(1)
-def test_buckets_a_parameter_larger_than_the_cap_goes_alone(assign_buckets):
-    assert names(assign_buckets(stack(), 20)) == [["2.bias"], ["2.weight"], ["1.bias"], ["1.weight"],
+def test_buckets_close_when_they_reach_the_cap(assign_buckets):
+    """A bias (16 bytes) below a 20-byte cap waits for the weight after it: no message of 16 bytes."""
+    assert names(assign_buckets(stack(), 20)) == [["2.bias", "2.weight"], ["1.bias", "1.weight"],
+                                                  ["0.bias", "0.weight"]]
+    assert names(assign_buckets(stack(), 10)) == [["2.bias"], ["2.weight"], ["1.bias"], ["1.weight"],
                                                   ["0.bias"], ["0.weight"]]
 
 
@@ -143,11 +147,11 @@ def test_buckets_a_parameter_larger_than_the_cap_goes_alone(assign_buckets):
 def test_buckets_skip_frozen_and_hold_tied_weights_once(assign_buckets):
     from tests.dist_worker import Toy  # embed.weight is head.weight; frozen.* do not train
 
-    layout = names(assign_buckets(Toy(), 400))
+    layout = names(assign_buckets(Toy(), 200))
     flat = [n for bucket in layout for n in bucket]
     assert not any(n.startswith("frozen.") for n in flat), f"frozen parameters have no gradient: {flat}"
     assert flat.count("embed.weight = head.weight") == 1 and "head.weight" not in flat, flat
-    assert layout == [["out.bias", "out.weight", "hidden.bias"], ["hidden.weight"], ["embed.weight = head.weight"]]
+    assert layout == [["out.bias", "out.weight"], ["hidden.bias", "hidden.weight"], ["embed.weight = head.weight"]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,7 +215,7 @@ def test_ddp_unused_parameter_is_an_error_that_names_it(ranks):
     for r, result in enumerate(both(ranks, "ddp_unused")):
         assert result["raised"], f"rank {r}: a parameter without gradient must raise RuntimeError"
         assert "forgotten.weight" in result["message"], f"rank {r}: name the parameter: {result['message']}"
-        assert result["seconds"] < 5, f"rank {r}: took {result['seconds']:.1f} s: raise, do not wait"
+        assert result["seconds"] < limit(5), f"rank {r}: took {result['seconds']:.1f} s: raise, do not wait"
 
 
 @pytest.mark.points(2)
@@ -232,6 +236,27 @@ def test_reference_reduce_scatter_and_all_gather(ranks, size):
         for case in scenario(ranks, f"ring_reference_{size}", rank)["cases"]:
             assert case["rs_error"] <= 1e-5 and case["ag_equal"], case
             assert case["rs_bytes"] == case["rs_expected"] and case["ag_bytes"] == case["ag_expected"], case
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_reference_ddp_equals_pytorchs_on_models_it_was_not_built_for(ranks, size):
+    """Tied weights and a frozen layer, weights larger than the cap, many small layers, a float64
+    layer beside float32 ones; two caps; 3 SGD steps: the hand-rolled DDP's parameters equal
+    PyTorch's DDP's, bit for bit on 2 ranks. From 3 ranks on they may differ by a float32 step or
+    two: PyTorch multiplies by 1/N where ours divides by N (the same only when N is a power of 2),
+    and its first step sends everything in one bucket, which gloo cuts into other pieces."""
+    for rank in range(size):
+        for case, r in scenario(ranks, f"ddp_against_torch_{size}", rank).items():
+            if case == "ok":
+                continue
+            bound = 0.0 if size == 2 else 1e-6
+            assert r["max_diff"] <= bound, f"{size} ranks, {case}: {r['max_diff']:.2e} from PyTorch's DDP (bound {bound:g})"
+
+
+def test_the_benchmarks_earlier_versions_compute_the_same_gradients(ranks):
+    for rank in range(2):
+        digests = scenario(ranks, "ddp_versions", rank)["digests"]
+        assert len(set(digests.values())) == 1, f"rank {rank}: {digests}"
 
 
 def test_chunk_bounds_cover_the_tensor():

@@ -5,7 +5,14 @@ came from (lab/results/*.json, written by the lab's own scripts) or to the code.
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --dtype float64 --report lab/results/01-check-float64-cpu.json
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --optimizer sgd --lr 0.1 --min-lr 0 --report lab/results/01-check-sgd-cpu.json
     torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
-    python -m minigpt.dist.equivalence lab/results
+    python lab/01_kernel_sets.py --out lab/results --config adamw   (and --config sgd)
+    python -m minigpt.dist.equivalence --out lab/results
+    python -m minigpt.dist.equivalence --sources 0,286 --out lab/results
+
+Numbers at the level of one float32 rounding depend on the CPU's kernels: the page states them as
+measured on the named machine, and as ranges over the kernel sets (tied here to the committed
+kernel-set runs); tests/test_kernel_sets.py checks the check itself on every kernel set this
+machine supports.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.dist import benchmark, equivalence
+from minigpt.dist import benchmark_tables, equivalence, kernel_sets_tables
 from minigpt.dist.ddp import assign_buckets
 from minigpt.dist.train_ddp import DEFAULT_BUCKET_CAP_MB
 from minigpt.model import GPTConfig, MiniGPT
+from minigpt.lang import sci
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
@@ -42,28 +50,38 @@ def pages() -> dict[str, str]:
 def test_the_included_tables_are_what_the_code_renders_from_the_measurements():
     bench = result("01-benchmark-cpu.json")
     rows = result("01-amplification.json")
+    sources = result("01-drift-sources-adamw.json")
     for lang in ("en", "es"):
-        assert (RESULTS / f"01-benchmark-cpu-{lang}.txt").read_text() == benchmark.render_tables(bench, lang)
+        assert (RESULTS / f"01-benchmark-cpu-{lang}.txt").read_text() == benchmark_tables.render_tables(bench, lang)
         assert (RESULTS / f"01-amplification-{lang}.txt").read_text() == equivalence.amplification_tables(rows)[lang]
+        assert (RESULTS / f"01-drift-sources-adamw-{lang}.txt").read_text() == equivalence.sources_tables(sources)[lang]
+        for config in ("adamw", "sgd"):
+            kernel = result(f"01-kernel-sets-{config}-cpu.json")
+            assert (RESULTS / f"01-kernel-sets-{config}-cpu-{lang}.txt").read_text() == \
+                kernel_sets_tables.table(kernel, lang)
         assert (RESULTS / f"01-benchmark-cpu-timeline-{lang}.png").stat().st_size > 10_000
+
+
+def console_line(name: str, v: dict) -> str:
+    """A variant's line in lab/01_ddp.py --check's summary (minigpt.dist.train_ddp.print_summary)."""
+    s, m, t = v["step_drift"], v["micro_batch_drift"], v["trajectory_drift"]
+    return (f"[rank 0] {name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
+            f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
+            f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}")
 
 
 def test_the_expected_output_is_the_committed_default_run(pages):
     report = result("01-check-adamw-cpu.json")
     assert report["passed"] and report["steps"] == 450 and report["world_size"] == 2
-    bucketed = report["variants"]["bucketed"]
-    expected = [
-        f"{report['max_logit_drift']:.2e} ({bucketed['step_drift']['worst_step']})",
-        f"{bucketed['trajectory_drift']['max']:.2e}, {bucketed['trajectory_drift']['first_step_above_tolerance']} | True",
-        f"check PASS: max logit drift {report['max_logit_drift']:.2e}",
+    assert report["bit_identical_to_micro_batches"] and report["max_micro_batch_drift"] == 0.0
+    expected = [console_line(name, v) for name, v in report["variants"].items()] + [
+        f"check PASS: max logit drift {report['max_logit_drift']:.2e} (tolerance 1e-05)",
         f"tutor accuracy {100 * report['tutor_accuracy']:.1f}% ({report['tutor_correct']}/{report['tutor_total']}",
         f"loss {report['final_loss']:.4f}",
     ]
     for text in expected:
         for lang, page in pages.items():
             assert text in page, f"{PAGES[lang].name} should show {text!r}"
-    first = bucketed["trajectory_drift"]["first_step_above_tolerance"]
-    assert f"1e-5 at step {first}" in pages["en"]
     assert f"{report['bytes_all_reduced_per_step']:,}" in pages["en"]
 
 
@@ -72,23 +90,23 @@ def test_the_bucket_layout_on_the_page_is_the_code(pages):
     sizes = [sum(p.numel() * 4 for _, p in b) for b in buckets]
     line = ", ".join(f"{s / 2**10:.0f} KiB" for s in sizes)
     for page in pages.values():
-        assert f"{len(sizes)} buckets of at most {DEFAULT_BUCKET_CAP_MB:g} MiB: {line}" in page
+        assert f"{len(sizes)} buckets, each closed when it reaches {DEFAULT_BUCKET_CAP_MB:g} MiB: {line}" in page
     assert MiniGPT(GPTConfig()).num_params() * 4 == result("01-check-adamw-cpu.json")["bytes_all_reduced_per_step"]
 
 
 def test_float64_and_sgd_numbers_are_the_measured_ones(pages):
     f64, sgd = result("01-check-float64-cpu.json"), result("01-check-sgd-cpu.json")
-    assert f64["dtype"] == "float64" and sgd["optimizer"] == "sgd"
+    assert f64["dtype"] == "float64" and sgd["optimizer"] == "sgd" and sgd["passed"]
     stated = {
-        "f64-max": f"{f64['max_logit_drift']:.1e}",
-        "f64-traj": f"{f64['variants']['bucketed']['trajectory_drift']['max']:.1e}",
+        "f64-max": f"{sci(f64['max_logit_drift'], 'en')}",
+        "f64-traj": f"{sci(f64['variants']['bucketed']['trajectory_drift']['max'], 'en')}",
         "f64-first": f"step {f64['variants']['bucketed']['trajectory_drift']['first_step_above_tolerance']},",
-        "sgd-max": f"{sgd['max_logit_drift']:.1e}",
-        "sgd-first": str(sgd["variants"]["bucketed"]["trajectory_drift"]["first_step_above_tolerance"]),
+        "sgd-max": f"peaks at {sci(sgd['max_logit_drift'], 'en')}",
+        "sgd-first": f"at step {sgd['variants']['bucketed']['trajectory_drift']['first_step_above_tolerance']} (AdamW",
     }
     for name, text in stated.items():
         assert text in pages["en"], f"the English page should state {name} = {text}"
-        spanish = es(text).replace("step", "paso")
+        spanish = es(text).replace("step", "paso").replace("peaks at", "máximo de").replace("at paso", "en el paso")
         assert spanish in pages["es"], f"the Spanish page should state {name} = {spanish}"
     assert f64["max_logit_drift"] < 1e-12  # "about 1e-14": twelve orders below the float32 run
 
@@ -118,55 +136,99 @@ def test_the_prose_numbers_are_the_measured_ones(pages):
     ratios = [a / b for a, b in zip(rounds["bucketed"], rounds["torch-ddp"])]
     rows = {(r["optimizer"], r["dtype"], r["at_step"]): r for r in result("01-amplification.json")}
     sgd, adamw = rows[("sgd", "float32", 0)], rows[("adamw", "float32", 0)]
+    at_sgd, at_adamw = sgd["at_largest"], adamw["at_largest"]
+    shape_medians = [c["ratio"]["median"] for shape in bench["shapes"].values() for c in shape["caps"]]
+    assert max(shape_medians) <= 1.05, "the issue's bar: within 5% of PyTorch's DDP on every model and cap"
+    first, at_cap = (bench["ablation"]["deep-mlp"][v]["ratio"]["median"] for v in ("first version", "+ buckets closed at the cap"))
+    sweep = max(bench["sweep"], key=lambda s: s["buckets"])
     stated = [  # (English, Spanish)
-        (f"takes {round(100 * (statistics.median(ratios) - 1))}% longer",
-         f"tarda un {round(100 * (statistics.median(ratios) - 1))} % más"),
-        (f"from {round(100 * (min(ratios) - 1))}% to {round(100 * (max(ratios) - 1))}%",
-         f"entre un {round(100 * (min(ratios) - 1))} % y un {round(100 * (max(ratios) - 1))} %"),
+        (f"median ratio is {statistics.median(ratios):.2f} (from {min(ratios):.2f} to {max(ratios):.2f}",
+         f"cociente del DDP hecho a mano es {es(format(statistics.median(ratios), '.2f'))} "
+         f"(entre {es(format(min(ratios), '.2f'))} y {es(format(max(ratios), '.2f'))}"),
         (f"{medians['naive'] / medians['bucketed']:.1f} times faster ({1000 * medians['naive']:.1f} ms against "
-         f"{1000 * medians['bucketed']:.1f} ms)", None),
+         f"{1000 * medians['bucketed']:.1f} ms)",
+         f"{es(format(medians['naive'] / medians['bucketed'], '.1f'))} veces más rápido "
+         f"({es(format(1000 * medians['naive'], '.1f'))} ms frente a {es(format(1000 * medians['bucketed'], '.1f'))} ms)"),
         (f"take {1000 * medians['bucketed']:.0f} ms per step", f"tardan {1000 * medians['bucketed']:.0f} ms por paso"),
         (f"takes {1000 * medians['one process']:.0f} ms for the whole batch",
          f"tarda {1000 * medians['one process']:.0f} ms con el lote entero"),
-        (f"that {max(s['buckets'] for s in bench['sweep'])} tiny buckets",
-         f"que {max(s['buckets'] for s in bench['sweep'])} buckets diminutos"),
-        (f"a {sgd['grad_diff']:.0e} difference".replace("e-08", "e-8"), None),
-        (f"about {sgd['grad_diff'] / sgd['weight_diff']:.0f} times smaller",
-         f"unas {sgd['grad_diff'] / sgd['weight_diff']:.0f} veces menor"),
-        (f"becomes\n{adamw['weight_diff']:.1e}".replace("e-07", "e-7"), None),
-        (f"about {adamw['weight_diff'] / sgd['weight_diff']:.0f} times more",
-         f"unas\n{adamw['weight_diff'] / sgd['weight_diff']:.0f} veces más"),
+        (f"{sweep['buckets']} small buckets and pays a fixed cost per message ({1000 * sweep['median_s']:.1f} ms)",
+         f"{sweep['buckets']} buckets pequeños y paga un coste fijo por mensaje ({es(format(1000 * sweep['median_s'], '.1f'))} ms)"),
+        (f"Every median is between {min(shape_medians):.2f} and {max(shape_medians):.2f}.",
+         f"Todas las medianas están entre {es(format(min(shape_medians), '.2f'))} y {es(format(max(shape_medians), '.2f'))}."),
+        (f"the deep MLP went from {first:.2f} to {at_cap:.2f}",
+         f"el MLP profundo pasó de {es(format(first, '.2f'))} a {es(format(at_cap, '.2f'))}"),
+        (f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces for the deep MLP",
+         f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces para el MLP profundo"),
+        (f"{bench['steps']} steps", f"{bench['steps']} pasos"),
+        (f"over {bench['repeats']} rounds", f"en {bench['repeats']} rondas"),
+        # the amplification: what happened at the weight that moved apart most
+        (f"learning rate there is {sgd['lr']:g}", f"calentamiento es ahí {es(format(sgd['lr'], 'g'))}"),
+        (f"gradient differs by {sci(at_sgd['grad_diff'], 'en')}", f"gradiente difiere en {es(sci(at_sgd['grad_diff'], 'en'))}"),
+        (f"({at_sgd['weight']:.4f}) ended {sci(sgd['weight_diff'], 'en')} apart",
+         f"({es(format(at_sgd['weight'], '.4f'))}) terminó a {es(sci(sgd['weight_diff'], 'en'))} de distancia"),
+        (f"gradient of\n{sci(at_adamw['grad'], 'en')}", f"gradiente de {es(sci(at_adamw['grad'], 'en'))}"),
+        (f"A {sci(at_adamw['grad_diff'], 'en')} difference in it moved the weight by {sci(adamw['weight_diff'], 'en')}",
+         f"Una diferencia de {es(sci(at_adamw['grad_diff'], 'en'))} en él movió el peso {es(sci(adamw['weight_diff'], 'en'))}"),
     ]
+    assert sgd["weight_diff"] == at_sgd["ulp"], "SGD's largest difference is one float32 step of the weight"
+    assert sgd["lr"] * at_sgd["grad_diff"] < 1e-12 < sgd["weight_diff"]
+    assert abs(at_adamw["grad"]) < 1e-8 / 5, "a gradient well below AdamW's epsilon"
+    assert round(adamw["weight_diff"] / at_adamw["grad_diff"], -3) == 6000  # "six thousand times"
     messages = len(list(MiniGPT(GPTConfig()).parameters()))  # the naive DDP: one all-reduce per parameter
     stated += [(f"sends {messages} messages", f"envía {messages} mensajes"),
                (f"in {messages} small messages", f"en {messages} mensajes pequeños")]
+    flat = {lang: " ".join(text.split()) for lang, text in pages.items()}  # sentences wrap across lines
     for english, spanish in stated:
-        assert english in pages["en"], f"the English page should say {english!r}"
+        assert " ".join(english.split()) in flat["en"], f"the English page should say {english!r}"
         if spanish:
-            assert spanish in pages["es"], f"the Spanish page should say {spanish!r}"
+            assert " ".join(spanish.split()) in flat["es"], f"the Spanish page should say {spanish!r}"
 
 
-@pytest.mark.timeout(120)
-def test_accumulation_alone_diverges_at_the_same_step_as_ddp(pages):
-    """The page says the trajectory drift is not DDP's doing: one process with --accum 2 leaves one
-    with --accum 1 at the same step as the two-rank run left one process. Checked up to that step."""
-    import torch
+def test_the_drift_numbers_are_the_measured_ones(pages):
+    """Section 7: the exact probe against the float32 one, the worst step's source, the ranges
+    over the kernel sets."""
+    report = result("01-check-adamw-cpu.json")
+    kernel = {c: result(f"01-kernel-sets-{c}-cpu.json")["rows"] for c in ("adamw", "sgd")}
+    f32 = max(v["step_drift_float32_probe"]["max"] for v in report["variants"].values())
+    f32_worst = max(r["max_step_drift_float32_probe"] for r in kernel["adamw"])
+    stated = [(f"at most {sci(report['max_logit_drift'], 'en')} over the 450 AdamW steps",
+               f"como máximo {es(sci(report['max_logit_drift'], 'en'))} en los 450 pasos"),
+              (f"measures {sci(f32, 'en')} where the exact probe measures {sci(report['max_logit_drift'], 'en')}",
+               f"mide {es(sci(f32, 'en'))} donde la sonda exacta mide {es(sci(report['max_logit_drift'], 'en'))}"),
+              (f"measured {sci(f32_worst, 'en')} and failed", f"midió {es(sci(f32_worst, 'en'))} y falló")]
+    flat = {lang: " ".join(text.split()) for lang, text in pages.items()}  # sentences wrap across lines
+    for english, spanish in stated:
+        assert english in flat["en"], f"the English page should say {english!r}"
+        assert spanish in flat["es"], f"the Spanish page should say {spanish!r}"
+    assert f32_worst > equivalence.TOLERANCE, "the float32 probe failed a correct run on some kernel set"
+    # every kernel set: passes with margin (>= 3x below the tolerance), bit-identical to the micro-batches
+    for config, rows in kernel.items():
+        assert {r["kernel_set"] for r in rows} == {"avx512", "avx2", "baseline"}, config
+        for r in rows:
+            assert r["passed"] and r["ranks_bit_identical"] and r["bit_identical_to_micro_batches"], (config, r)
+            assert 3 * r["max_step_drift"] <= equivalence.TOLERANCE, (config, r)
+    # the worst step of the default run is one layer-norm gain, one float32 step apart
+    sources = {entry["step"]: entry for entry in result("01-drift-sources-adamw.json")}
+    worst = report["variants"]["bucketed"]["step_drift"]["worst_step"]
+    assert set(sources) == {0, worst} and f"--sources 0,{worst}" in pages["en"] and f"--sources 0,{worst}" in pages["es"]
+    top = sources[worst]["params"][0]
+    assert top["param"].startswith("blocks.0.ln_") and top["numbers_differing"] == 1 and round(top["ulps_there"]) == 1
+    assert top["drift_alone"] > 0.9 * sources[worst]["drift"]  # "that alone moves the logits by the whole drift"
+    assert abs(sources[worst]["drift"] - report["max_logit_drift"]) <= 1e-12  # the replay is the run
+    assert all("mlp.proj" in p["param"] and p["ulps_there"] > 10 for p in sources[0]["params"])
+    # the trajectory departs at a step that depends on the kernel set: the page gives the range
+    for config, name in (("adamw", "AdamW"), ("sgd", "SGD")):
+        steps = sorted(r["trajectory_first_step_above_tolerance"] for r in kernel[config])
+        assert f"{name}: steps {steps[0]} to {steps[-1]}" in pages["en"], (config, steps)
+        assert f"{name}: pasos {steps[0]} a {steps[-1]}" in pages["es"], (config, steps)
 
-    from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
-    first = result("01-check-adamw-cpu.json")["variants"]["bucketed"]["trajectory_drift"]["first_step_above_tolerance"]
-    configs = [TrainConfig(accum=1), TrainConfig(accum=2)]
-    models = [build_model(c) for c in configs]
-    optimizers = [build_optimizer(m, c) for m, c in zip(models, configs)]
-    probe = equivalence.probe_batch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each torchrun rank: the thread count changes the summation order too
-    try:
-        for step in range(first + 1):
-            for model, opt, cfg in zip(models, optimizers, configs):
-                train_step(model, opt, step, cfg)
-            drift = equivalence.logit_drift(*models, probe)
-            assert (drift > equivalence.TOLERANCE) == (step == first), f"step {step}: drift {drift:.2e}"
-    finally:
-        torch.set_num_threads(threads)
-    assert f"from step {first} on" in pages["en"] and f"a partir del paso {first}" in pages["es"]
+def test_accumulation_is_the_two_rank_run_bit_for_bit(pages):
+    """The page says the trajectory drift is not DDP's doing: one process with --accum 2 is the
+    two-rank run bit for bit (the check's second reference, after every step of the committed
+    runs), so it leaves --accum 1 at the very step the two-rank run does, on any CPU."""
+    for name in ("01-check-adamw-cpu.json", "01-check-sgd-cpu.json", "01-check-float64-cpu.json"):
+        report = result(name)
+        assert report["bit_identical_to_micro_batches"] and report["max_micro_batch_drift"] == 0.0, name
+    assert "at exactly the same step" in pages["en"] and "exactamente en el mismo paso" in pages["es"]

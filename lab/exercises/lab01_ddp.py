@@ -18,8 +18,10 @@ make it data parallel. What you can use:
 * ``exchange(position, outgoing, incoming, counter)`` sends ``outgoing`` to the right neighbour
   while receiving ``incoming`` from the left one, and counts the bytes (the tests read them);
 * a :class:`Bucket` has ``.index``, ``.params``, ``.names``, ``.slices`` (where each parameter
-  sits in the buffer), ``.buffer``, ``.ready`` (a set of ``id(param)``), ``.is_full()``,
-  ``.handle`` and timing fields; ``self.buckets``, ``self._bucket_of[id(param)]``,
+  sits in the buffer), ``.buffer``, ``.views`` (each parameter's slot: a view of the buffer
+  shaped like it, in the order of ``.params``), ``.ready`` (a set of ``id(param)``),
+  ``.is_full()``, ``.handle`` and timing fields; ``self.buckets``, ``self._bucket_of[id(param)]``
+  (the *index* of the parameter's bucket), ``self._slot(param)`` (its slot),
   ``self.world_size``, ``self.process_group``, ``self.collective`` ("torch" or "ring"),
   ``self._next_bucket``, ``self._now()`` come from the scaffolding.
 """
@@ -64,11 +66,15 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     * a parameter shared by two modules (tied weights) appears once; name it by all its names
       joined with " = " in registration order (``module.named_parameters(remove_duplicate=False)``
       lists every name);
-    * walk the parameters in *reverse* registration order; start a new bucket when adding the
-      next parameter would take the current bucket past ``bucket_cap_bytes``
-      (size = ``numel() * element_size()``); a parameter larger than the cap gets its own bucket.
+    * walk the parameters in *reverse* registration order, adding each to the current bucket;
+      close the bucket as soon as its size (the sum of ``numel() * element_size()``) *reaches*
+      ``bucket_cap_bytes``, as PyTorch's DDP does: a bucket may pass the cap by its last
+      parameter, and a small tensor (a bias) travels with the larger one after it instead of in
+      a message of its own;
+    * a bucket holds one dtype on one device: a parameter of another dtype or device closes the
+      current bucket and starts the next.
     """
-    raise NotImplementedError("Exercise 1.2: buckets in reverse order up to the cap; skip frozen, tied once")
+    raise NotImplementedError("Exercise 1.2: buckets in reverse order, closed when they reach the cap; skip frozen, tied once")
 
 
 class BucketedDDP(_Scaffold):
@@ -80,33 +86,41 @@ class BucketedDDP(_Scaffold):
         Do nothing when ``self._sync_this_backward`` is False (``no_sync``). On the first call of
         a backward pass: set ``self._backward_started``, reset ``self._next_bucket`` and every
         bucket (``bucket.reset()``), and queue ``self.finish_gradient_synchronization`` with
-        ``torch.autograd.Variable._execution_engine.queue_callback``. Then mark the parameter
-        ready in its bucket and launch (``self._launch``) every complete bucket *in index order*:
-        bucket k may go only after buckets 0..k-1, so that every rank launches the same bucket
-        first.
+        ``torch.autograd.Variable._execution_engine.queue_callback``.
+
+        Then only keep count (the hook runs once per parameter, and every Python call costs
+        microseconds): mark the parameter ready in its bucket
+        (``self.buckets[self._bucket_of[id(param)]]``: add ``id(param)`` to ``bucket.ready``; set
+        ``bucket.first_ready_s`` the first time and ``bucket.last_ready_s`` when it is full, from
+        ``self._now()``: the timeline test reads them), and launch (``self._launch``) every
+        complete bucket *in index order*: bucket k may go only after buckets 0..k-1, so that every
+        rank launches the same bucket first.
         """
         raise NotImplementedError("Exercise 1.3: the hook marks the parameter ready and launches complete buckets in index order")
 
     def _launch(self, bucket: Bucket) -> None:
-        """Exercise 1.3b: the asynchronous launch.
+        """Exercise 1.3b: fill the bucket and start its asynchronous all-reduce.
 
-        Copy each parameter's ``.grad`` into its slice of ``bucket.buffer``, divide the buffer by
-        the world size, set ``bucket.launched_s = self._now()``, and start the sum over the ranks
-        without waiting for it: ``dist.all_reduce(..., async_op=True)`` (keep the returned work in
-        ``bucket.handle`` as ``_Pending(work=...)``), or, when ``self.collective == "ring"``, your
-        ``ring_all_reduce`` submitted to ``self._ring_thread`` (``_Pending(future=...)``; count
-        into ``self.ring_bytes``).
+        Set ``bucket.launched_s = self._now()``. Move the bucket's gradients into its buffer in
+        one call, ``torch._foreach_copy_(bucket.views, [p.grad for p in bucket.params])``, and
+        divide the buffer by ``self.world_size`` in place. Then start the sum over the ranks
+        without waiting for it: ``dist.all_reduce(bucket.buffer, group=self.process_group,
+        async_op=True)`` (keep the returned work in ``bucket.handle`` as ``_Pending(work=...)``),
+        or, when ``self.collective == "ring"``, your ``ring_all_reduce`` submitted to
+        ``self._ring_thread`` (a ``ThreadPoolExecutor``: ``_Pending(future=...)``; count the bytes
+        into ``self.ring_bytes``, a ``ByteCounter``).
         """
-        raise NotImplementedError("Exercise 1.3: flatten the bucket, divide by the world size, start an async all-reduce")
+        raise NotImplementedError("Exercise 1.3: copy the bucket's gradients in, divide, start an async all-reduce")
 
     def finish_gradient_synchronization(self) -> None:
-        """Exercise 1.4: wait for the buckets and unflatten.
+        """Exercise 1.4: wait for the buckets; the averages become the gradients.
 
         Return at once if no backward is in progress (``self._backward_started``); then clear
         it, so a second call is harmless. If some buckets were never launched, raise
         RuntimeError naming the parameters that got no gradient (waiting for them would hang).
-        Otherwise wait for every bucket's handle, copy each slice of the buffer back into its
-        parameter's ``.grad``, set ``self.bytes_all_reduced`` to the bytes of all buffers and
-        add one to ``self.steps_synchronised``.
+        Otherwise wait for every bucket's handle and make each of its parameters' ``.grad`` its
+        slot (``p.grad = self._slot(p)``, or the bucket's ``.views``: a view of the buffer, where the average is; no copy
+        back), set ``self.bytes_all_reduced`` to the bytes of all buffers and add one to
+        ``self.steps_synchronised``.
         """
-        raise NotImplementedError("Exercise 1.4: wait for every bucket, copy the averages back into .grad")
+        raise NotImplementedError("Exercise 1.4: wait for every bucket, make each .grad a view of its slot")

@@ -2,50 +2,112 @@
 
     torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
 
-Times one MiniGPT training step (forward, backward, gradient synchronisation, clipping, AdamW)
-on the same global batch, for:
+Every measurement times whole training steps (forward, backward, gradient synchronisation,
+clipping, optimizer step) on two ranks. Contenders *take turns*: a round runs each one for
+``--steps`` timed steps, in an order that rotates from round to round, and a contender's round
+time is the median of its steps. A slow moment of the machine then hits all of them alike, and
+the ratio of two contenders is taken *within* each round; the tables give the median of those
+ratios over ``--repeats`` rounds, with their range.
 
-* ``one process``   - the whole global batch in a single process (rank 0; rank 1 waits);
-* ``naive``         - every gradient all-reduced one by one after backward: no buckets, no overlap;
-* ``bucketed``      - the hand-rolled :class:`~minigpt.dist.ddp.BucketedDDP`;
-* ``torch-ddp``     - PyTorch's ``DistributedDataParallel`` with the same bucket cap.
-
-The variants take turns (``--repeats`` rounds of ``--steps`` timed steps each, after warm-up), so
-a slow moment of the machine hits all of them alike; the table gives the median step time of
-each and its ratio to PyTorch's DDP. Then a bucket-cap sweep of the bucketed DDP, and the
-timeline of one step (each bucket's gradients being produced, and its all-reduce in flight).
+1. **MiniGPT** at the lab's cap (0.5 MiB): one process on the whole batch, a naive DDP (one
+   blocking all-reduce per gradient after backward), the hand-rolled
+   :class:`~minigpt.dist.ddp.BucketedDDP` and PyTorch's ``DistributedDataParallel``; then a
+   bucket-cap sweep of the hand-rolled DDP, and the timeline of one step.
+2. **Other models** (:data:`SHAPES`: MiniGPT, a deep MLP stack, a wide shallow MLP, many small
+   layers), each at every cap in :data:`CAPS_MB`: the hand-rolled DDP against PyTorch's.
+3. **What each choice bought**: the versions of :mod:`minigpt.dist.ddp_steps`, from the course's
+   first DDP to the reference, each against PyTorch's DDP, on every shape at 1 MiB.
 
 Results go to ``<out>/01-benchmark-<device>.json``; ``--render FILE.json`` turns a JSON into the
 tables (English and Spanish Markdown) and the timeline figures the lab page includes, without
-re-measuring.
+re-measuring (:mod:`minigpt.dist.benchmark_tables`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from minigpt import grammar
+from minigpt import cli, grammar
 from minigpt.dist import launch
 from minigpt.dist.ddp import BucketedDDP
+from minigpt.dist.ddp_steps import VERSIONS
 from minigpt.train import TrainConfig, build_model, build_optimizer
 
+PROG = "lab/01_benchmark.py"
 VARIANTS = ("one process", "naive", "bucketed", "torch-ddp")
 SWEEP_MB = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 25.0)
+CAPS_MB = (0.25, 1.0, 5.0, 25.0)
+ABLATION_CAP_MB = 1.0
+GLOBAL_ROWS = 64  # the global batch of every shape: 32 rows per rank
 
 
-class NaiveDDP(torch.nn.Module):
+# ----------------------------------------------------------------------------------------------
+# The models
+
+
+@dataclass
+class Shape:
+    """A model to benchmark: how to build it (seeded), and the loss of one rank's batch."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    loss: Callable[[nn.Module, int, int], torch.Tensor]  # (model or its wrapper, rank, world size)
+
+
+def _mlp_loss(width: int):
+    def loss(model: nn.Module, rank: int, world_size: int) -> torch.Tensor:
+        x = torch.randn(GLOBAL_ROWS, width, generator=torch.Generator().manual_seed(0))
+        rows = grammar.rank_slice(GLOBAL_ROWS, rank, world_size)
+        return model(x[rows]).square().mean()
+    return loss
+
+
+def _minigpt_loss(model: nn.Module, rank: int, world_size: int) -> torch.Tensor:
+    x, y, mask = grammar.get_batch("train", 0, GLOBAL_ROWS, rank, world_size)
+    return model(x, y, mask)[1]
+
+
+def _seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return make()
+    return build
+
+
+SHAPES: dict[str, Shape] = {
+    "minigpt": Shape("minigpt", lambda: build_model(TrainConfig()), _minigpt_loss),
+    # ~7.1M parameters, 28 MB of gradients in 24 tensors: six Linear(384,1536)-GELU-Linear(1536,384) blocks
+    "deep-mlp": Shape("deep-mlp", _seeded(lambda: nn.Sequential(*[
+        nn.Sequential(nn.Linear(384, 1536), nn.GELU(), nn.Linear(1536, 384)) for _ in range(6)])), _mlp_loss(384)),
+    # ~6.3M parameters in 4 tensors: one hidden layer 8192 wide
+    "wide-shallow": Shape("wide-shallow", _seeded(lambda: nn.Sequential(
+        nn.Linear(384, 8192), nn.GELU(), nn.Linear(8192, 384))), _mlp_loss(384)),
+    # ~0.43M parameters in 400 tensors: a hundred LayerNorm(64)-Linear(64,64) layers
+    "many-small": Shape("many-small", _seeded(lambda: nn.Sequential(*[
+        nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU()) for _ in range(100)])), _mlp_loss(64)),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Contenders and the interleaved timer
+
+
+class NaiveDDP(nn.Module):
     """The baseline DDP improves on: after backward, one blocking all-reduce per gradient."""
 
-    def __init__(self, module: torch.nn.Module):
+    def __init__(self, module: nn.Module):
         super().__init__()
         self.module = module
         for tensor in [*module.parameters(), *module.buffers()]:
@@ -62,202 +124,195 @@ class NaiveDDP(torch.nn.Module):
                 dist.all_reduce(p.grad)
 
 
-def make(variant: str, cfg: TrainConfig, cap_mb: float):
-    model = build_model(cfg)
-    if variant == "naive":
-        wrapped = NaiveDDP(model)
-    elif variant == "bucketed":
-        wrapped = BucketedDDP(model, bucket_cap_mb=cap_mb)
-    elif variant == "torch-ddp":
-        from torch.nn.parallel import DistributedDataParallel
-        wrapped = DistributedDataParallel(model, bucket_cap_mb=cap_mb)
-    else:
-        wrapped = model
-    return model, wrapped, build_optimizer(model, cfg)
+class Contender:
+    """One way of training ``shape``: its model, wrapper and optimizer, and its step."""
+
+    def __init__(self, shape: Shape, how: str, cap_mb: float, ctx: launch.DistContext):
+        self.shape, self.how, self.ctx = shape, how, ctx
+        self.model = shape.build()
+        if how == "naive":
+            self.wrapped = NaiveDDP(self.model)
+        elif how == "torch-ddp":
+            self.wrapped = nn.parallel.DistributedDataParallel(self.model, bucket_cap_mb=cap_mb)
+        elif how == "one process":
+            self.wrapped = self.model
+        else:  # "bucketed" (the reference) or one of ddp_steps.VERSIONS
+            self.wrapped = VERSIONS.get(how, BucketedDDP)(self.model, bucket_cap_mb=cap_mb)
+        cfg = TrainConfig()
+        self.optimizer = (build_optimizer(self.model, cfg) if shape.name == "minigpt"
+                          else torch.optim.AdamW(self.model.parameters(), lr=1e-4))
+
+    def step(self) -> None:
+        one = self.how == "one process"
+        loss = self.shape.loss(self.wrapped, 0 if one else self.ctx.rank, 1 if one else self.ctx.world_size)
+        loss.backward()
+        if isinstance(self.wrapped, NaiveDDP):
+            self.wrapped.synchronise()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def time(self, steps: int) -> float:
+        """Median seconds of ``steps`` steps (rank 0's clock; the ranks start together). "one
+        process" runs on rank 0 alone while the others wait."""
+        dist.barrier()
+        times = []
+        if self.how != "one process" or self.ctx.rank == 0:
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                self.step()
+                times.append(time.perf_counter() - t0)
+        dist.barrier()
+        return statistics.median(times) if times else 0.0
 
 
-def step_once(wrapped, model, optimizer, batch, cfg: TrainConfig) -> None:
-    _, loss = wrapped(*batch)
-    loss.backward()
-    if isinstance(wrapped, NaiveDDP):
-        wrapped.synchronise()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def time_steps(variant: str, built, batch, steps: int, cfg: TrainConfig, ctx) -> list[float]:
-    """Per-step seconds of ``steps`` steps (rank 0's clock; the ranks start together)."""
-    model, wrapped, optimizer = built
-    dist.barrier()
-    times = []
-    if variant != "one process" or ctx.rank == 0:  # one process: rank 0 alone, the others wait
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            step_once(wrapped, model, optimizer, batch, cfg)
-            times.append(time.perf_counter() - t0)
-    dist.barrier()
+def take_turns(contenders: dict[str, Contender], rounds: int, steps: int, warmup: int,
+               ctx: launch.DistContext, label: str = "") -> dict[str, list[float]]:
+    """Each contender's median step time in each of ``rounds`` rounds, the contenders taking turns
+    (the order rotates every round). Warm-up first: the allocator, and PyTorch's DDP rebuilds its
+    buckets after its first step."""
+    for contender in contenders.values():
+        contender.time(warmup)
+    names = list(contenders)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(contenders[name].time(steps))
+    if label:
+        launch.log(ctx, f"{label}: " + ", ".join(f"{n} {1000 * statistics.median(t):.1f} ms" for n, t in times.items()))
     return times
 
 
-def measure(args: argparse.Namespace, ctx) -> dict:
-    cfg = TrainConfig()
-    global_batch = grammar.get_batch("train", 0, cfg.batch_size)
-    local_batch = grammar.get_batch("train", 0, cfg.batch_size, ctx.rank, ctx.world_size)
-    built = {v: make(v, cfg, args.bucket_cap_mb) for v in VARIANTS}
-    batches = {v: global_batch if v == "one process" else local_batch for v in VARIANTS}
-    for v in VARIANTS:  # warm-up: allocator, first-iteration bookkeeping (PyTorch's DDP rebuilds buckets)
-        time_steps(v, built[v], batches[v], args.warmup, cfg, ctx)
-    rounds: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for r in range(args.repeats):
-        for v in VARIANTS:
-            times = time_steps(v, built[v], batches[v], args.steps, cfg, ctx)
-            if ctx.rank == 0:
-                rounds[v].append(statistics.median(times))
-        launch.log(ctx, f"round {r + 1}/{args.repeats}: " + ", ".join(
-            f"{v} {1000 * rounds[v][-1]:.1f} ms" for v in VARIANTS if rounds[v]))
-    sweep = []
-    for cap in SWEEP_MB:
-        built_cap = make("bucketed", cfg, cap)
-        time_steps("bucketed", built_cap, local_batch, args.warmup, cfg, ctx)
-        medians = [statistics.median(time_steps("bucketed", built_cap, local_batch, args.steps, cfg, ctx))
-                   for _ in range(max(1, args.repeats // 2))]
-        sweep.append({"bucket_cap_mb": cap, "buckets": len(built_cap[1].buckets), "median_s": statistics.median(medians)})
-        launch.log(ctx, f"sweep: cap {cap:g} MiB, {len(built_cap[1].buckets)} buckets, {1000 * sweep[-1]['median_s']:.1f} ms")
-    # the timeline of one step of the bucketed DDP at the lab's cap
-    model, wrapped, optimizer = built["bucketed"]
-    dist.barrier()
-    _, loss = wrapped(*local_batch)
-    backward_start = wrapped._now()
-    loss.backward()
-    backward_end = wrapped._now()
-    timeline = {"backward_start_s": backward_start, "backward_end_s": backward_end,
-                "buckets": wrapped.last_timeline(), "layout": wrapped.bucket_layout()}
-    optimizer.zero_grad(set_to_none=True)
-    if ctx.rank != 0:
-        return {}
-    return {
-        "device": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",
-        "cpu_count": __import__("os").cpu_count(), "torch": torch.__version__, "backend": ctx.backend,
-        "world_size": ctx.world_size, "date": time.strftime("%Y-%m-%d"), "steps": args.steps,
-        "repeats": args.repeats, "bucket_cap_mb": args.bucket_cap_mb,
-        "medians_s": {v: statistics.median(rounds[v]) for v in VARIANTS},
-        "rounds_s": rounds, "sweep": sweep, "timeline": timeline,
-    }
+def ratios(times: dict[str, list[float]], name: str, baseline: str = "torch-ddp") -> dict:
+    """``name``'s time over ``baseline``'s, round by round: median, min and max."""
+    per_round = [a / b for a, b in zip(times[name], times[baseline])]
+    return {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
+            "per_round": per_round}
 
 
 # ----------------------------------------------------------------------------------------------
-# rendering: tables and the timeline figure, in English and Spanish
-
-LABELS = {
-    "en": {"variant": "variant", "median": "median step (ms)", "ratio": "vs PyTorch DDP (median of rounds)",
-           "range": "range over rounds",
-           "cap": "bucket cap (MiB)", "buckets": "buckets", "one process": "one process (whole batch)",
-           "naive": "naive (per-gradient all-reduce after backward)", "bucketed": "hand-rolled BucketedDDP",
-           "torch-ddp": "PyTorch DistributedDataParallel", "xlabel": "ms since the forward pass started",
-           "ylabel": "bucket", "grads": "gradients produced (backward)", "reduce": "all-reduce in flight",
-           "bwd": "loss.backward() returns", "bwd_start": "loss.backward() called", "title": "One step of BucketedDDP, {n} ranks"},
-    "es": {"variant": "variante", "median": "paso, mediana (ms)", "ratio": "frente a DDP de PyTorch (mediana de rondas)",
-           "range": "rango en las rondas",
-           "cap": "tope del bucket (MiB)", "buckets": "buckets", "one process": "un proceso (lote entero)",
-           "naive": "ingenua (all-reduce por gradiente tras el backward)", "bucketed": "BucketedDDP hecho a mano",
-           "torch-ddp": "DistributedDataParallel de PyTorch", "xlabel": "ms desde el inicio del forward",
-           "ylabel": "bucket", "grads": "gradientes calculados (backward)", "reduce": "all-reduce en curso",
-           "bwd": "loss.backward() retorna", "bwd_start": "se llama a loss.backward()", "title": "Un paso de BucketedDDP, {n} ranks"},
-}
+# The three parts
 
 
-def number(value: float, lang: str, digits: int = 1) -> str:
-    text = f"{value:.{digits}f}"
-    return text.replace(".", ",") if lang == "es" else text
+def measure_minigpt(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    shape = SHAPES["minigpt"]
+    contenders = {v: Contender(shape, v, args.bucket_cap_mb, ctx) for v in VARIANTS}
+    times = take_turns(contenders, args.repeats, args.steps, args.warmup, ctx, "MiniGPT")
+    sweep = []
+    for cap in SWEEP_MB:
+        one = {"bucketed": Contender(shape, "bucketed", cap, ctx)}
+        median = statistics.median(take_turns(one, max(1, args.repeats // 2), args.steps, args.warmup, ctx)["bucketed"])
+        sweep.append({"bucket_cap_mb": cap, "buckets": len(one["bucketed"].wrapped.buckets), "median_s": median})
+    # the timeline of one step of the hand-rolled DDP at the lab's cap
+    main = contenders["bucketed"]
+    dist.barrier()
+    loss = shape.loss(main.wrapped, ctx.rank, ctx.world_size)
+    backward_start = main.wrapped._now()
+    loss.backward()
+    backward_end = main.wrapped._now()
+    timeline = {"backward_start_s": backward_start, "backward_end_s": backward_end,
+                "buckets": main.wrapped.last_timeline(), "layout": main.wrapped.bucket_layout()}
+    main.optimizer.zero_grad(set_to_none=True)
+    return {"bucket_cap_mb": args.bucket_cap_mb, "medians_s": {v: statistics.median(t) for v, t in times.items()},
+            "rounds_s": times, "sweep": sweep, "timeline": timeline}
 
 
-def render_tables(result: dict, lang: str) -> str:
-    L = LABELS[lang]
-    rounds = result["rounds_s"]
-    rows = [f"| {L['variant']} | {L['median']} | {L['ratio']} | {L['range']} |", "| --- | ---: | ---: | ---: |"]
-    for v in VARIANTS:
-        # the variants take turns, so a round's ratio compares runs made seconds apart
-        ratios = [a / b for a, b in zip(rounds[v], rounds["torch-ddp"])]
-        spread = f"{number(min(ratios), lang, 2)}–{number(max(ratios), lang, 2)}"
-        rows.append(f"| {L[v]} | {number(1000 * result['medians_s'][v], lang)} | "
-                    f"{number(statistics.median(ratios), lang, 2)} | {spread} |")
-    rows += ["", f"| {L['cap']} | {L['buckets']} | {L['median']} |", "| ---: | ---: | ---: |"]
-    for s in result["sweep"]:
-        rows.append(f"| {number(s['bucket_cap_mb'], lang, 2)} | {s['buckets']} | {number(1000 * s['median_s'], lang)} |")
-    return "\n".join(rows) + "\n"
+def describe(model: nn.Module) -> dict:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return {"parameters": sum(p.numel() for p in params), "tensors": len(params),
+            "gradient_bytes": sum(p.numel() * p.element_size() for p in params)}
 
 
-def render_timeline(result: dict, lang: str, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    L, t = LABELS[lang], result["timeline"]
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(t["buckets"]) + 2.4))
-    for b in t["buckets"]:
-        y = b["bucket"]
-        ax.barh(y + 0.18, 1000 * (b["last_ready_s"] - b["first_ready_s"]) + 0.05, left=1000 * b["first_ready_s"],
-                height=0.32, color="#5c6bc0", label=L["grads"] if y == 0 else None)
-        ax.barh(y - 0.18, 1000 * (b["done_s"] - b["launched_s"]), left=1000 * b["launched_s"], height=0.32,
-                color="#ef6c00", label=L["reduce"] if y == 0 else None)
-    ax.axvline(1000 * t["backward_start_s"], color="grey", linestyle=":", linewidth=1, label=L["bwd_start"])
-    ax.axvline(1000 * t["backward_end_s"], color="black", linestyle="--", linewidth=1, label=L["bwd"])
-    ax.set_yticks([b["bucket"] for b in t["buckets"]])
-    ax.invert_yaxis()
-    ax.set_xlabel(L["xlabel"])
-    ax.set_ylabel(L["ylabel"])
-    ax.set_title(L["title"].format(n=result["world_size"]))
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def measure_shapes(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    out = {}
+    for name in args.shapes:
+        shape = SHAPES[name]
+        per_cap = []
+        for cap in CAPS_MB:
+            contenders = {how: Contender(shape, how, cap, ctx) for how in ("bucketed", "torch-ddp")}
+            times = take_turns(contenders, args.repeats, args.steps, args.warmup, ctx, f"{name}, {cap:g} MiB")
+            per_cap.append({"bucket_cap_mb": cap, "buckets": len(contenders["bucketed"].wrapped.buckets),
+                            "medians_s": {h: statistics.median(t) for h, t in times.items()},
+                            "ratio": ratios(times, "bucketed")})
+        out[name] = {**describe(shape.build()), "caps": per_cap}
+    return out
 
 
-def render(json_path: Path) -> list[Path]:
-    """``X.json`` -> ``X-en.txt``, ``X-es.txt`` (Markdown tables) and ``X-timeline-en.png``, ``-es.png``."""
-    result = json.loads(json_path.read_text())
-    written = []
-    for lang in ("en", "es"):
-        table = json_path.with_name(f"{json_path.stem}-{lang}.txt")  # a fragment the page includes, not a page
-        table.write_text(render_tables(result, lang))
-        figure = json_path.with_name(f"{json_path.stem}-timeline-{lang}.png")
-        render_timeline(result, lang, figure)
-        written += [table, figure]
-    return written
+def measure_ablation(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    out = {}
+    for name in args.shapes:
+        shape = SHAPES[name]
+        contenders = {v: Contender(shape, v, ABLATION_CAP_MB, ctx) for v in VERSIONS}
+        contenders["torch-ddp"] = Contender(shape, "torch-ddp", ABLATION_CAP_MB, ctx)
+        times = take_turns(contenders, args.repeats, args.steps, args.warmup, ctx, f"versions, {name}")
+        out[name] = {v: {"median_s": statistics.median(times[v]), "ratio": ratios(times, v),
+                         "buckets": len(contenders[v].wrapped.buckets)} for v in VERSIONS}
+        out[name]["torch-ddp"] = {"median_s": statistics.median(times["torch-ddp"])}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="torchrun --nproc_per_node=2 lab/01_benchmark.py", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=20, help="timed steps per variant per round")
-    p.add_argument("--repeats", type=int, default=5, help="rounds; the table shows the median of the round medians")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps per variant first")
-    p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="bucket cap of bucketed and torch-ddp")
+    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=2 {PROG}", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter, epilog=cli.TORCHRUN_EPILOG)
+    p.add_argument("--steps", type=int, default=8, help="timed steps per contender per round")
+    p.add_argument("--repeats", type=int, default=21, help="rounds; the tables show the median over them")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per contender first")
+    p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="the cap of part 1 (MiniGPT)")
+    p.add_argument("--parts", default="minigpt,shapes,ablation", help="which parts to run, comma-separated")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"the models of parts 2 and 3, from {', '.join(SHAPES)}")
     p.add_argument("--out", default="out", help="folder for 01-benchmark-<device>.json and its renders")
     p.add_argument("--render", metavar="JSON", help="only render an existing result (no measuring)")
     args = p.parse_args(argv)
-    if args.render:
-        for path in render(Path(args.render)):
-            print(f"wrote {path}")
-        return 0
-    for name in ("steps", "repeats"):
-        if getattr(args, name) < 1:
-            print(f"{p.prog}: error: --{name} must be at least 1, got {getattr(args, name)}", file=sys.stderr)
-            return 2
-    if not args.bucket_cap_mb > 0:
-        print(f"{p.prog}: error: --bucket-cap-mb must be positive, got {args.bucket_cap_mb}", file=sys.stderr)
-        return 2
+    from minigpt.dist.benchmark_tables import render
+
+    try:
+        if args.render:
+            for path in render(cli.input_file(args.render, "--render")):
+                print(f"wrote {path}")
+            return 0
+        for name in ("steps", "repeats"):
+            if getattr(args, name) < 1:
+                raise cli.BadInput(f"--{name} {getattr(args, name)}: must be at least 1")
+        if args.warmup < 0:
+            raise cli.BadInput(f"--warmup {args.warmup}: must be 0 or more")
+        if not 0 < args.bucket_cap_mb < float("inf"):
+            raise cli.BadInput(f"--bucket-cap-mb {args.bucket_cap_mb}: give a positive number of MiB")
+        args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+        args.shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
+        for value, valid, flag in ((args.parts, ("minigpt", "shapes", "ablation"), "--parts"),
+                                   (args.shapes, tuple(SHAPES), "--shapes")):
+            wrong = [v for v in value if v not in valid]
+            if wrong or not value:
+                raise cli.BadInput(f"{flag} {','.join(value) or '(empty)'}: choose from {', '.join(valid)}")
+        if os.environ.get("RANK", "0") == "0":  # rank 0 writes the results
+            cli.output_dir(args.out, "--out")
+    except cli.BadInput as exc:
+        return cli.refuse(PROG, str(exc))
     ctx = launch.init()
     if ctx.world_size < 2:
         launch.fail(ctx, "the benchmark compares data-parallel variants: start it with torchrun "
                          "--nproc_per_node=2 (or more)", code=2)
-    result = measure(args, ctx)
+    torch.set_num_threads(1)
+    result = {
+        "device": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "backend": ctx.backend,
+        "world_size": ctx.world_size, "date": time.strftime("%Y-%m-%d"), "steps": args.steps,
+        "repeats": args.repeats, "ablation_cap_mb": ABLATION_CAP_MB,
+    }
+    if "minigpt" in args.parts:
+        result.update(measure_minigpt(args, ctx))
+    if "shapes" in args.parts:
+        result["shapes"] = measure_shapes(args, ctx)
+    if "ablation" in args.parts:
+        result["ablation"] = measure_ablation(args, ctx)
     if ctx.is_main:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = cli.make_parents(args.out, is_dir=True)
         path = out / f"01-benchmark-{'gpu' if ctx.device.type == 'cuda' else 'cpu'}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
-        print(render_tables(result, "en"))
         for written in [path, *render(path)]:
             launch.log(ctx, f"wrote {written}")
     launch.teardown()

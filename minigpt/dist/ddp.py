@@ -7,25 +7,37 @@ optimizer step. Doing it parameter by parameter after backward (the naive way) w
 network idles during backward and the CPU/GPU idles during communication. So:
 
 1. **Buckets.** Parameters are grouped, in *reverse* registration order (roughly the order in
-   which backward produces their gradients), into buckets of at most ``bucket_cap_mb``
+   which backward produces their gradients), into buckets of about ``bucket_cap_mb``
    (:func:`assign_buckets`). One all-reduce per bucket: few large messages instead of many
-   small ones.
+   small ones. A bucket is closed once it *reaches* the cap, as PyTorch's DDP does, so a small
+   tensor (a bias) travels with the large one after it instead of in a message of its own.
 2. **Hooks.** ``Tensor.register_post_accumulate_grad_hook`` calls :meth:`_on_grad_ready` with the
-   *parameter* (not the gradient) once its ``.grad`` is final for this backward.
-3. **Overlap.** When a bucket's last gradient is ready, its gradients are copied into the
-   bucket's flat buffer, divided by the world size, and an *asynchronous* all-reduce starts
-   (:meth:`_launch`) while backward goes on computing earlier layers' gradients. Buckets are
-   launched in index order on every rank, whatever order their gradients arrive in: collectives
-   are matched by order, so two ranks launching different buckets first would sum unrelated data.
+   *parameter* (not the gradient) once its ``.grad`` is final for this backward. The hook only
+   keeps count: it marks the parameter ready in its bucket. It runs once per parameter, from
+   Python, and a Python call costs microseconds whatever the tensor's size: a model of 400 small
+   tensors pays it 400 times a step, so the hook does as little as it can.
+3. **Overlap.** When a bucket's last gradient is in, :meth:`_launch` moves the bucket's gradients
+   into its flat buffer *in one call* (``torch._foreach_copy_``, the call ``torch.optim``'s
+   foreach optimizers use: one trip into C++ for the whole bucket instead of one per
+   parameter), divides the buffer by the world size, and starts an *asynchronous* all-reduce of
+   it while backward goes on computing earlier layers' gradients. Buckets are launched in index
+   order on every rank, whatever order their gradients arrive in: collectives are matched by
+   order, so two ranks launching different buckets first would sum unrelated data.
 4. **Finish.** An autograd-engine callback, queued by the first hook of a backward pass, runs
    :meth:`finish_gradient_synchronization` when backward ends: it waits for every bucket and
-   copies the averaged values back into ``param.grad``. So when ``loss.backward()`` returns the
-   gradients are synchronised, exactly as with PyTorch's DDP.
+   makes each parameter's ``.grad`` a *view* of its slot, where the average now is (PyTorch's
+   ``gradient_as_bucket_view=True``): no copy back, and the gradients cost no memory besides
+   the buckets. So when ``loss.backward()`` returns the gradients are synchronised, exactly as
+   with PyTorch's DDP.
 
 ``no_sync()`` skips the all-reduce for gradient accumulation; the decision is taken in
 ``forward`` (the backward of a forward run inside ``no_sync`` never synchronises), as in PyTorch.
 With ``collective="ring"`` the buckets are reduced by :func:`minigpt.dist.ring.ring_all_reduce`
 on a background thread instead of ``torch.distributed.all_reduce``.
+
+Lab 01's page measures what each of the three choices (buckets closed at the cap, one call per
+bucket, gradients as views) buys, one at a time, against PyTorch's DDP
+(:mod:`minigpt.dist.ddp_steps`).
 """
 
 from __future__ import annotations
@@ -52,8 +64,10 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     * A parameter shared by two modules (tied weights) appears once, named by all its names
       joined with " = " (e.g. ``"wte.weight = lm_head.weight"``): it has one ``.grad``.
     * Buckets are filled in *reverse* registration order (bucket 0 starts with the last
-      parameter) until adding the next parameter would pass ``bucket_cap_bytes``; a parameter
-      larger than the cap gets a bucket of its own.
+      parameter); a bucket is closed as soon as its size reaches ``bucket_cap_bytes``, so it may
+      pass the cap by its last parameter, and a parameter larger than the cap closes the bucket
+      it joins. A bucket holds one dtype on one device (one flat buffer): a parameter of another
+      dtype or device starts a new bucket.
     """
     names: dict[int, list[str]] = {}
     params: list[nn.Parameter] = []
@@ -68,12 +82,14 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     current: list[tuple[str, nn.Parameter]] = []
     current_bytes = 0
     for p in reversed(params):
-        size = p.numel() * p.element_size()
-        if current and current_bytes + size > bucket_cap_bytes:
+        if current and (p.dtype, p.device) != (current[0][1].dtype, current[0][1].device):
             buckets.append(current)
             current, current_bytes = [], 0
         current.append((" = ".join(names[id(p)]), p))
-        current_bytes += size
+        current_bytes += p.numel() * p.element_size()
+        if current_bytes >= bucket_cap_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
     if current:
         buckets.append(current)
     return buckets
@@ -88,6 +104,7 @@ class Bucket:
     names: list[str]
     slices: list[tuple[int, int]]  # where each parameter's gradient sits in ``buffer``
     buffer: torch.Tensor
+    views: list[torch.Tensor]  # each parameter's slot: a view of ``buffer`` shaped like the parameter
     ready: set[int] = field(default_factory=set)  # id() of parameters whose gradient is ready
     handle: object = None  # the asynchronous all-reduce in flight, or None
     first_ready_s: float | None = None  # times in seconds since the forward pass started
@@ -125,7 +142,9 @@ class BucketedDDP(nn.Module):
     """Wrap ``module`` for data-parallel training over ``process_group`` (default: all ranks).
 
     ``ddp(x)`` runs ``ddp.module(x)``; after ``loss.backward()`` every parameter's ``.grad`` holds
-    the average over the ranks. ``bucket_cap_mb`` is in MiB, as in PyTorch's DDP.
+    the average over the ranks, as a view of its bucket's buffer (so a ``.grad`` kept from one step
+    to the next changes with the bucket: clone it to keep it). ``bucket_cap_mb`` is in MiB, as in
+    PyTorch's DDP.
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
@@ -144,6 +163,7 @@ class BucketedDDP(nn.Module):
 
         self.buckets: list[Bucket] = []
         self._bucket_of: dict[int, int] = {}  # id(parameter) -> bucket index
+        self._slots: dict[int, torch.Tensor] = {}  # id(parameter) -> its slot: a view of the bucket's buffer
         params = []
         for b, members in enumerate(self.assign_buckets(module, self.bucket_cap_bytes)):
             slices, start = [], 0
@@ -154,7 +174,10 @@ class BucketedDDP(nn.Module):
                 params.append(p)
             first = members[0][1]
             buffer = torch.zeros(start, dtype=first.dtype, device=first.device)
-            self.buckets.append(Bucket(b, [p for _, p in members], [n for n, _ in members], slices, buffer))
+            views = [buffer[a:z].view_as(p) for (_, p), (a, z) in zip(members, slices)]
+            self.buckets.append(Bucket(b, [p for _, p in members], [n for n, _ in members], slices, buffer, views))
+            for (_, p), view in zip(members, views):
+                self._slots[id(p)] = view
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
 
@@ -201,9 +224,13 @@ class BucketedDDP(nn.Module):
     def _now(self) -> float:
         return time.perf_counter() - self._t0
 
+    def _slot(self, param: nn.Parameter) -> torch.Tensor:
+        """``param``'s place in its bucket's buffer, shaped like the parameter (a view, made once)."""
+        return self._slots[id(param)]
+
     def _on_grad_ready(self, param: nn.Parameter) -> None:
-        """The hook: ``param.grad`` is final for this backward. Mark it; launch every bucket that
-        is now complete and whose predecessors have all been launched."""
+        """The hook: ``param.grad`` is final for this backward. Mark it ready in its bucket, and
+        launch every bucket that is now complete and whose predecessors have all been launched."""
         if not self._sync_this_backward:
             return
         if not self._backward_started:
@@ -214,20 +241,27 @@ class BucketedDDP(nn.Module):
             torch.autograd.Variable._execution_engine.queue_callback(self.finish_gradient_synchronization)
         bucket = self.buckets[self._bucket_of[id(param)]]
         bucket.ready.add(id(param))
-        bucket.first_ready_s = bucket.first_ready_s or self._now()
-        bucket.last_ready_s = self._now()
-        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].is_full():
-            self._launch(self.buckets[self._next_bucket])
-            self._next_bucket += 1
+        if bucket.first_ready_s is None:
+            bucket.first_ready_s = self._now()
+        if bucket.is_full():
+            bucket.last_ready_s = self._now()
+            while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].is_full():
+                self._launch(self.buckets[self._next_bucket])
+                self._next_bucket += 1
 
     def _launch(self, bucket: Bucket) -> None:
-        """Flatten the bucket's gradients into its buffer, divide by the world size, and start an
-        asynchronous sum over the ranks."""
-        for p, (start, stop) in zip(bucket.params, bucket.slices):
-            bucket.buffer[start:stop].copy_(p.grad.reshape(-1))
-        bucket.buffer.div_(self.world_size)
+        """Put the bucket's gradients, divided by the world size, into its buffer, and start an
+        asynchronous sum of the buffer over the ranks without waiting for it."""
         bucket.launched_s = self._now()
+        # one call for the whole bucket; a gradient that already *is* its slot (a view kept from
+        # the last step) is copied onto itself, which changes nothing
+        torch._foreach_copy_(bucket.views, [p.grad for p in bucket.params])
+        bucket.buffer.div_(self.world_size)
+        self._start_all_reduce(bucket)
 
+    def _start_all_reduce(self, bucket: Bucket) -> None:
+        """The asynchronous sum of ``bucket.buffer`` over the ranks: its handle goes in
+        ``bucket.handle``, and ``bucket.done_s`` is set when it completes."""
         def done(*_):
             bucket.done_s = self._now()
 
@@ -242,7 +276,8 @@ class BucketedDDP(nn.Module):
             bucket.handle = _Pending(work=work)
 
     def finish_gradient_synchronization(self) -> None:
-        """Wait for every bucket's all-reduce and copy the averages back into ``.grad``.
+        """Wait for every bucket's all-reduce and make each parameter's ``.grad`` a view of its
+        slot, where the average is (no copy back).
 
         Runs by itself at the end of backward; calling it again (or with nothing in flight)
         does nothing. A parameter that got no gradient is an error that names it: its bucket was
@@ -263,11 +298,16 @@ class BucketedDDP(nn.Module):
         for bucket in self.buckets:
             bucket.handle.wait()
             bucket.done_s = bucket.done_s or self._now()
-            for p, (start, stop) in zip(bucket.params, bucket.slices):
-                p.grad.copy_(bucket.buffer[start:stop].view_as(p.grad))
+            self._bucket_into_gradients(bucket)
             bucket.handle = None
         self.bytes_all_reduced = sum(b.nbytes for b in self.buckets)
         self.steps_synchronised += 1
+
+    def _bucket_into_gradients(self, bucket: Bucket) -> None:
+        """The averages become the gradients: each parameter's ``.grad`` is made a view of its
+        slot (PyTorch's ``gradient_as_bucket_view=True``), so nothing is copied back."""
+        for p, view in zip(bucket.params, bucket.views):
+            p.grad = view
 
     # ------------------------------------------------------------------------------------------
     # introspection

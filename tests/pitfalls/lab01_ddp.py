@@ -64,7 +64,7 @@ class BucketedDDP(_Reference):
         self._backward_started = False
         for bucket in self.buckets:
             bucket.handle.wait()
-            for p, (start, stop) in zip(bucket.params, bucket.slices):
-                p.grad.copy_(bucket.buffer[start:stop].view_as(p.grad))
+            for p, view in zip(bucket.params, bucket.views):
+                p.grad = view
         self.bytes_all_reduced = sum(b.nbytes for b in self.buckets)
         self.steps_synchronised += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from minigpt.dist.ddp import Bucket, BucketedDDP as _Reference, _Pending  # noqa: F401
+from minigpt.dist.ddp import BucketedDDP as _Reference
 from minigpt.dist.ring import ring_all_reduce  # noqa: F401  (correct: this folder is about the DDP)
 
 
@@ -15,21 +15,20 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     # frozen parameter waits for a gradient that never comes.
     buckets, current, size = [], [], 0
     for name, p in reversed(list(module.named_parameters(remove_duplicate=False))):
-        nbytes = p.numel() * p.element_size()
-        if current and size + nbytes > bucket_cap_bytes:
+        current.append((name, p))
+        size += p.numel() * p.element_size()
+        if size >= bucket_cap_bytes:
             buckets.append(current)
             current, size = [], 0
-        current.append((name, p))
-        size += nbytes
     return buckets + [current] if current else buckets
 
 
 class BucketedDDP(_Reference):
     assign_buckets = staticmethod(assign_buckets)
 
-    def _launch(self, bucket: Bucket) -> None:
-        # Mistake: the hook hands over the parameter, and this copies the parameter's values
-        # (not its .grad) into the buffer.
-        for p, (start, stop) in zip(bucket.params, bucket.slices):
-            p.grad = p.detach().clone()
-        super()._launch(bucket)
+    def _on_grad_ready(self, param: nn.Parameter) -> None:
+        # Mistake: the hook hands over the parameter, and this puts the parameter's values
+        # (not its .grad) into the bucket.
+        if self._sync_this_backward:
+            param.grad = param.detach().clone()
+        super()._on_grad_ready(param)
