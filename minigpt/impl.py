@@ -44,6 +44,8 @@ REFERENCE: dict[str, dict[str, str]] = {
         "device_memory": "minigpt.zero.memory:device_memory",
         "zero2_step": "minigpt.zero.simulate:zero2_step",
         "step_collectives": "minigpt.zero.comm:step_collectives",
+        "trainable_parameters": "minigpt.dist.zero1:trainable_parameters",
+        "ZeroOneOptimizer": "minigpt.dist.zero1:ZeroOneOptimizer",
     },
     "lab03_fsdp": {
         "predict_event_order": "minigpt.fsdp.variants:predict_event_order",

@@ -14,6 +14,7 @@ import pytest
 
 from minigpt.dist.crosscheck_tables import markdown
 from tests.launcher import ROOT, free_port
+from tests.limits import limit
 
 RESULTS = ROOT / "lab" / "results"
 
@@ -25,7 +26,7 @@ def report(tmp_path_factory):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([str(torchrun), "--nproc_per_node=2", "--master_addr=127.0.0.1",
                            f"--master_port={free_port()}", "lab/02_crosscheck.py", "--steps", "3",
-                           "--report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           "--report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(300))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
 
@@ -77,7 +78,7 @@ def test_bad_input_exits_2_before_any_process_group():
     for args, message in [(["--steps", "0"], "--steps must be at least 1, got 0"),
                           (["--variants", "ddp,zero9"], "unknown variant 'zero9'")]:
         proc = subprocess.run([sys.executable, "lab/02_crosscheck.py", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                              text=True, timeout=limit(60), env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
@@ -121,6 +122,6 @@ else:
     raise AssertionError("state_dict() should be refused")
 print("ok")
 """
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=limit(120),
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -9,6 +9,7 @@ import pytest
 
 from minigpt.zero import analytic as za
 from minigpt.zero import comm, memory, mlp, simulate
+from tests.limits import limit
 
 GIB = 2**30
 
@@ -102,7 +103,7 @@ def test_simulator_rejects_bad_input():
 def _cli(*args: str):
     import subprocess
     import sys
-    return subprocess.run([sys.executable, "-m", "minigpt.zero", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "minigpt.zero", *args], capture_output=True, text=True, timeout=limit(60))
 
 
 def test_cli_memory_and_comm_json_give_exact_bytes():
@@ -150,4 +151,4 @@ def test_the_zero_package_never_imports_torch():
     import sys
     code = ("import sys, minigpt.zero.cli, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=limit(60))

@@ -1,13 +1,14 @@
 """Lab 02 exercises: the ZeRO simulator.
 
-Fill in the three pieces, then grade yourself:
+Fill in the five pieces (2.1-2.3 in the numpy simulator, 2.4-2.5 in a real ZeRO-1 optimizer), then
+grade yourself:
 
     make grade                                                        # every lab
     .venv/bin/python -m pytest tests/test_lab02.py --impl=exercises   # this lab only
 
 Read the lab guide first: ``lab/02-zero-simulator.md``. The reference is in
-``minigpt/zero/memory.py``, ``minigpt/zero/comm.py`` and ``minigpt/zero/simulate.py``; try not
-to peek. What you can use:
+``minigpt/zero/memory.py``, ``minigpt/zero/comm.py``, ``minigpt/zero/simulate.py`` and
+``minigpt/dist/zero1.py``; try not to peek. What you can use:
 
 * ``recipe(name)`` -> a :class:`Recipe` with ``param_bytes``, ``grad_bytes``,
   ``optimizer_bytes`` (K) and ``reduce_bytes`` (bytes per communicated gradient element);
@@ -27,6 +28,11 @@ from __future__ import annotations
 
 import numpy as np  # noqa: F401
 
+import torch
+from torch import nn
+
+from minigpt.dist import ring  # noqa: F401
+from minigpt.dist.zero1 import FlatGroup, ZeroOneOptimizer as _Scaffold  # noqa: F401
 from minigpt.zero.comm import Collective  # noqa: F401
 from minigpt.zero.memory import DeviceMemory, Recipe, recipe, working_buffer  # noqa: F401
 from minigpt.zero.simulate import Cluster, _forward_whole  # noqa: F401
@@ -84,3 +90,55 @@ def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 
     element, weights at ``recipe.param_bytes``.
     """
     raise NotImplementedError("Exercise 2.3: list the step's collectives with their groups and sizes")
+
+
+def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
+    """Exercise 2.4: what a ZeRO-1 optimizer puts in its flat buffers, for one parameter group.
+
+    ``params`` is a group's list as the user gave it (``model.parameters()`` or a list of their
+    own). Return the parameters that train, each once, in the order given:
+
+    * leave out a parameter with ``requires_grad=False`` (frozen): it never gets a gradient, and
+      in the flat buffers it would cost gradient memory and be exposed to the optimizer;
+    * a parameter listed twice (tied weights, or a user's list that repeats one) appears once:
+      compare by identity (``id(p)``), never with ``==`` (that compares tensors element by element).
+    """
+    raise NotImplementedError("Exercise 2.4: the trainable parameters, frozen ones out, each once")
+
+
+class ZeroOneOptimizer(_Scaffold):
+    """Your ZeRO-1: the scaffolding (``minigpt/dist/zero1.py``) builds the flat buffers from your
+    :func:`trainable_parameters`, cuts out this rank's pieces, marks the parameters that receive a
+    gradient, reduces, and gathers the state for the checks. You write the step."""
+
+    trainable_parameters = staticmethod(trainable_parameters)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Exercise 2.5: one ZeRO-1 step that follows ``torch.optim``'s rules.
+
+        What the scaffolding gives you:
+
+        * ``self.reduce_gradients()``: sums the usage marks over the ranks and reduce-scatters every
+          group's flat gradient (averaging); afterwards ``self.used[self._index[id(param)]]`` is
+          non-zero exactly when some rank's backward produced a gradient for ``param``;
+        * ``self.groups``: one :class:`FlatGroup` per parameter group (None for a group with
+          nothing to train), with ``.params`` (the trainable parameters), ``.flat`` (their weights),
+          ``.pieces`` (this rank's pieces: parameters of the inner optimizer, views of ``.flat``,
+          whose ``.grad`` are views of the reduced gradient) and ``.piece_params`` (for each piece,
+          the index in ``.params`` of the parameter it is a piece of);
+        * ``self.local``: the inner optimizer over the pieces; ``self.param_groups`` and
+          ``self.local.param_groups`` correspond one to one;
+        * ``ring.ring_all_gather(tensor, self.process_group, self.counter)``.
+
+        Do, in order: call ``closure`` (under ``torch.enable_grad()``) if one is given; reduce the
+        gradients; copy every setting but ``"params"`` from each of ``self.param_groups`` into the
+        matching inner group (the learning-rate schedule changes them every step); for every piece
+        of a parameter that **no rank** gave a gradient this step, set the piece's ``.grad`` to
+        None, so that the inner optimizer leaves it alone (``torch.optim`` skips a parameter whose
+        ``.grad`` is None: no weight decay, no momentum, no state change), and put the ``.grad``
+        views back after the inner step; step the inner optimizer; all-gather every group's
+        ``.flat``; set ``self._reduced = False``. Return the closure's loss (or None).
+        """
+        raise NotImplementedError("Exercise 2.5: reduce, step the pieces that have a gradient, all-gather")
+

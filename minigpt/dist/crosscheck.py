@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
+from minigpt import cli
 from minigpt.dist import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
@@ -146,7 +146,7 @@ def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check
     from minigpt.fsdp.memory import PeakMemory
     from minigpt.fsdp.practice import CollectiveCounter
 
-    probe = equivalence.probe_batch(block_size=cfg.block_size)
+    probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)  # Lab 01's exact probe
     reference = build_model(cfg).to(ctx.device)
     ref_optimizer = build_optimizer(reference, cfg)
     run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
@@ -162,7 +162,8 @@ def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check
         run.peak_step_bytes = max(run.peak_step_bytes, peak.peak_bytes)
         if check:
             train_step(reference, ref_optimizer, step, cfg)
-            drift = torch.tensor([equivalence.logit_drift(reference, run.wrapped, probe)], dtype=torch.float64)
+            weights = {k: full(v.detach()) for k, v in run.model.state_dict().items()}  # FSDP2: gathered
+            drift = torch.tensor([probe.drift(reference, weights)], dtype=torch.float64)
             dist.all_reduce(drift, op=dist.ReduceOp.MAX)
             run.drift.add(float(drift))
             if run.name == "fsdp2":
@@ -202,16 +203,15 @@ def prediction(name: str, psi: int, model: torch.nn.Module, world_size: int) -> 
         out["model_states"] = memory.device_memory(sum(padded), world_size, 3, "fp32").device
         return out
     out["bytes"] = comm.bytes_per_step(psi, stage, world_size, "fp32")
+    # (Lab 01's DDP keeps its gradients as views of its buckets: the buckets are the 4Ψ of gradients)
     out["model_states"] = memory.device_memory(psi, world_size, stage, "fp32").device
-    if name == "ddp":
-        out["bucket_buffers"] = 4 * psi  # Lab 01's DDP keeps one flat fp32 buffer per bucket
     return out
 
 
 def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
     pred = prediction(run.name, psi, run.model, ctx.world_size)
     measured_states = run.states_after_step["total"]
-    predicted_states = pred["model_states"] + pred.get("bucket_buffers", 0)
+    predicted_states = pred["model_states"]
     sent = run.sent_per_step[-1]
     return {
         "stage": pred["stage"], "prediction": pred,
@@ -229,7 +229,8 @@ def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description="Lab 02: the ZeRO model against real runs "
-                                "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.")
+                                "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.",
+                                epilog=cli.TORCHRUN_EPILOG)
     p.add_argument("--steps", type=int, default=20, help="steps per variant (default 20)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
@@ -251,36 +252,44 @@ def check_args(args: argparse.Namespace) -> list[str]:
         raise ValueError("--variants is empty; choose from " + ", ".join(VARIANTS))
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.report and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+        cli.output_file(args.report, "--report")
     return variants
+
+
+def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    """Train and measure each variant in turn. The models live and die in here: none of them (nor
+    the collectives FSDP keeps in its modules) may outlive the process group, or gloo's threads can
+    abort the process at exit."""
+    results = {}
+    for name in variants:
+        run = build(name, cfg, ctx)
+        train(run, cfg, ctx, args.steps, not args.no_check)
+        results[name] = summarize(run, run.model.num_params(), ctx)
+        launch.log(ctx, f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
+                        f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
+                        f"{results[name]['step_drift']['max']:.2e}")
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render:
-        from minigpt.dist.crosscheck_tables import render_files
-        for path in render_files(args.render):
-            print(f"wrote {path}")
-        return 0
     try:
+        if args.render:
+            from minigpt.dist.crosscheck_tables import render_files
+            for path in render_files(cli.input_file(args.render, "--render")):
+                print(f"wrote {path}")
+            return 0
         variants = check_args(args)
     except ValueError as exc:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return cli.refuse(PROG, str(exc))
     ctx = launch.init(args.timeout)
     cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
-    results = {}
     try:
-        for name in variants:
-            run = build(name, cfg, ctx)
-            psi = run.model.num_params()
-            train(run, cfg, ctx, args.steps, not args.no_check)
-            results[name] = summarize(run, psi, ctx)
-            launch.log(ctx, f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
-                            f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
-                            f"{results[name]['step_drift']['max']:.2e}")
+        results = measure(variants, cfg, args, ctx)
     except (RuntimeError, dist.DistError) as exc:
         launch.fail_collective(ctx, exc, args.timeout)
+    psi = build_model(cfg).num_params()
     report = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
               "params": psi, "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
               "tolerance": equivalence.TOLERANCE, "variants": results,

@@ -22,7 +22,7 @@ def _signed_pct(x: float, lang: str) -> str:
 
 
 def predicted_states(r: dict) -> float:
-    return r["prediction"]["model_states"] + r["prediction"].get("bucket_buffers", 0)
+    return r["prediction"]["model_states"]
 
 
 def rows(report: dict, lang: str) -> list[list[str]]:

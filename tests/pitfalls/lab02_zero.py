@@ -3,11 +3,20 @@
 * ``device_memory`` forgets the working buffer, and offloads only the optimizer state (not the
   gradient shards it updates from stage 2 on);
 * ``zero2_step`` keeps each unit's whole gradient (as ZeRO-1 does): right weights, wrong memory;
-* ``step_collectives`` all-reduces the whole gradient across HSDP replicas instead of the shard.
+* ``step_collectives`` all-reduces the whole gradient across HSDP replicas instead of the shard;
+* the ZeRO-1 ``step`` updates every piece, also those of a parameter that received no gradient
+  (its gradient is zero, so it seems harmless, but AdamW's weight decay and both optimizers'
+  momentum move it; ``torch.optim`` would skip it).
+
+tests/pitfalls/zero1_keeps_frozen/ holds a ZeRO-1 whose flat buffers keep the frozen parameters.
 """
 
 from __future__ import annotations
 
+import torch
+
+from minigpt.dist import ring
+from minigpt.dist.zero1 import ZeroOneOptimizer as _Reference, trainable_parameters  # noqa: F401
 from minigpt.zero.comm import Collective
 from minigpt.zero.memory import DeviceMemory, recipe
 from minigpt.zero.simulate import Cluster, _forward_whole
@@ -64,3 +73,17 @@ def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 
     if replicas > 1:
         out.append(Collective("all-reduce", "gradients", "replica", replicas, psi, rec.reduce_bytes))
     return out
+
+
+class ZeroOneOptimizer(_Reference):
+    @torch.no_grad()
+    def step(self, closure=None):
+        # Mistake: every piece steps, with a zero gradient where no rank had one.
+        self.reduce_gradients()
+        for group, local in zip(self.param_groups, self.local.param_groups):
+            local.update({k: v for k, v in group.items() if k != "params"})
+        self.local.step()
+        for flat in self.flat_params:
+            ring.ring_all_gather(flat, self.process_group, self.counter)
+        self._reduced = False
+
