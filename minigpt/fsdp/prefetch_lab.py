@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt import grammar
+from minigpt import cli, grammar
 from minigpt.dist import equivalence, launch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
@@ -162,13 +162,13 @@ class OneProcess:
         self.cfg = cfg
         self.model, self.run_model = build_model(cfg).to(device), build_model(cfg).to(device)
         self.optimizer = build_optimizer(self.model, cfg)
-        self.probe = equivalence.probe_batch(block_size=cfg.block_size)
+        self.probe = equivalence.Probe(self.model, block_size=cfg.block_size)  # Lab 01's exact probe
 
     def step_drift(self, run: VariantRun, step: int) -> float:
         load_full_state(self.model, self.optimizer, run.before)
         train_step(self.model, self.optimizer, step, self.cfg)  # one process, the whole global batch
         self.run_model.load_state_dict(run.after[0])            # the FSDP model's parameters after the step
-        return equivalence.logit_drift(self.model, self.run_model, self.probe)
+        return self.probe.drift(self.model, self.run_model)
 
 
 def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int, n_layer: int) -> dict:
@@ -205,7 +205,8 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog=cli.TORCHRUN_EPILOG)
     p.add_argument("--variants", default="all", help=f"comma-separated, or all: {', '.join(VARIANTS)}")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps per variant (the first of "
                    "TrainConfig's schedule)")
@@ -239,10 +240,11 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
                          f"use a world size that divides {cfg.batch_size}")
     if not args.timeout > 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if args.trace_dir and Path(args.trace_dir).exists() and not Path(args.trace_dir).is_dir():
-        raise ValueError(f"--trace-dir {args.trace_dir} is a file, not a folder")
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        raise ValueError(f"--report {args.report}: the folder {Path(args.report).resolve().parent} does not exist")
+    if os.environ.get("RANK", "0") == "0":  # rank 0 writes the report and the traces
+        if args.trace_dir:
+            cli.output_dir(args.trace_dir, "--trace-dir")
+        if args.report:
+            cli.output_file(args.report, "--report")
     return names, cfg
 
 
@@ -252,10 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         from minigpt.fsdp.timeline import render
 
         try:
-            written = render(Path(args.render))
+            written = render(cli.input_file(args.render, "--render"))
         except (OSError, ValueError, KeyError) as exc:
-            print(f"{PROG}: error: --render {args.render}: {exc}", file=sys.stderr)
-            return 2
+            return cli.refuse(PROG, str(exc) if isinstance(exc, cli.BadInput) else f"--render {args.render}: {exc}")
         for path in written:
             print(f"wrote {path}")
         return 0
@@ -263,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         _, _, world_size = launch.torchrun_env()
         names, cfg = check_args(args, world_size)
     except (ValueError, RuntimeError) as exc:
-        if os.environ.get("RANK", "0") == "0":  # every rank has the same arguments: say it once
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return cli.refuse(PROG, str(exc))
     ctx = launch.init(args.timeout)
     try:
         report = run(names, cfg, args, ctx)
