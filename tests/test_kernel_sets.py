@@ -2,8 +2,8 @@
 oneDNN held together at AVX-512, at AVX2 and at their baseline), so that a number that depends on
 the CPU is caught here, not by a learner.
 
-One two-rank launch per kernel set of ``lab/01_ddp.py --check`` on a short schedule (24 steps,
-warm-up 6: the learning rate reaches its peak, where AdamW's first steps amplify most). The
+One two-rank launch per kernel set of ``lab/01_ddp.py --check`` on a short schedule (12 steps,
+warm-up 4: AdamW's first steps, where it amplifies most, at the peak learning rate). The
 full 450-step runs are ``python lab/01_kernel_sets.py`` (minutes per kernel set); their table is on
 the Lab 01 page and tied to its JSON by tests/test_lab01_page.py.
 """
@@ -17,7 +17,7 @@ import pytest
 from minigpt.dist import kernel_sets
 from tests.limits import limit
 
-SHORT = ["--steps", "24", "--warmup", "6", "--test-sentences", "10"]
+SHORT = ["--steps", "12", "--warmup", "4", "--test-sentences", "10"]
 MARGIN = 5e-6  # half the criterion: the check must pass with room on every kernel set
 
 
