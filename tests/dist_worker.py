@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ from torch import nn
 
 from minigpt import impl
 from minigpt.dist import ring as ring_ref
+from tests import launcher
 from tests.limits import limit
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None  # tests import Toy from here
@@ -35,12 +35,7 @@ LENGTHS = (1, 3, 7, 12, 1000, 1001)  # shorter than, equal to, and not multiples
 
 
 def record(name: str, fn) -> None:
-    try:
-        RESULTS[name] = {"ok": True, **(fn() or {})}
-    except BaseException as exc:  # noqa: BLE001 - a learner's bug is a result, not a crash
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        RESULTS[name] = {"ok": False, "error": message, "trace": traceback.format_exc()[-1500:]}
-    (OUT / f"rank{RANK}.json").write_text(json.dumps(RESULTS))
+    launcher.record(RESULTS, OUT, RANK, name, fn)
 
 
 def digest(t: torch.Tensor) -> str:

@@ -10,11 +10,25 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
+from typing import Callable
 
 from tests.limits import HINT
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def record(results: dict[str, dict], out: Path, rank: int, name: str, fn: Callable[[], dict | None]) -> None:
+    """For a worker rank: run scenario ``fn``, keep what it returns (or the error it raised, with
+    the end of its traceback) as ``results[name]``, and rewrite ``out/rank<r>.json`` at once, so
+    that a rank that dies later still leaves what it measured."""
+    try:
+        results[name] = {"ok": True, **(fn() or {})}
+    except BaseException as exc:  # noqa: BLE001 - a learner's bug is a result, not a crash
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        results[name] = {"ok": False, "error": message, "trace": traceback.format_exc()[-1500:]}
+    (out / f"rank{rank}.json").write_text(json.dumps(results))
 
 
 def ephemeral_ports() -> range:

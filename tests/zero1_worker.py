@@ -1,5 +1,5 @@
 """One rank of the ZeRO-1 test launch: ``python tests/zero1_worker.py OUTDIR`` under RANK/WORLD_SIZE
-(started by tests/launcher.py with 3 ranks). Runs every scenario of tests/test_lab02_zero1.py, on
+(started by tests/launcher.py with 3 ranks). Runs every ZeRO-1 scenario of tests/test_lab02.py, on
 groups of 2 and 3 ranks, with the implementation ``MINIGPT_IMPL`` selects, and writes
 ``OUTDIR/rank<r>.json`` after each: ``{scenario: {"ok": bool, "error": str, ...}}``.
 
@@ -16,7 +16,6 @@ import datetime
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 
 from minigpt import impl
 from minigpt.dist import ring
+from tests import launcher
 from tests.limits import limit
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
@@ -36,12 +36,7 @@ OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.1}),
 
 
 def record(name: str, fn) -> None:
-    try:
-        RESULTS[name] = {"ok": True, **(fn() or {})}
-    except BaseException as exc:  # noqa: BLE001 - a learner's bug is a result, not a crash
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        RESULTS[name] = {"ok": False, "error": message, "trace": traceback.format_exc()[-1500:]}
-    (OUT / f"rank{RANK}.json").write_text(json.dumps(RESULTS))
+    launcher.record(RESULTS, OUT, RANK, name, fn)
 
 
 class Toy(nn.Module):

@@ -56,6 +56,22 @@ from minigpt.dist import ring
 COLLECTIVES = ("torch", "ring")
 
 
+def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``module``'s parameters that need a gradient synchronised, in registration order, each once:
+    ``(name, parameter)``, where a parameter shared by two modules (tied weights) is named by all
+    its names joined with " = " (e.g. ``"wte.weight = lm_head.weight"``)."""
+    names: dict[int, list[str]] = {}
+    params: list[nn.Parameter] = []
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if not p.requires_grad:
+            continue
+        if id(p) not in names:
+            names[id(p)] = []
+            params.append(p)
+        names[id(p)].append(name)
+    return [(" = ".join(names[id(p)]), p) for p in params]
+
+
 def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:
     """Group ``module``'s trainable parameters into buckets: a list of buckets, each a list of
     ``(name, parameter)``.
@@ -69,23 +85,14 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
       it joins. A bucket holds one dtype on one device (one flat buffer): a parameter of another
       dtype or device starts a new bucket.
     """
-    names: dict[int, list[str]] = {}
-    params: list[nn.Parameter] = []
-    for name, p in module.named_parameters(remove_duplicate=False):
-        if not p.requires_grad:
-            continue
-        if id(p) not in names:
-            names[id(p)] = []
-            params.append(p)
-        names[id(p)].append(name)
     buckets: list[list[tuple[str, nn.Parameter]]] = []
     current: list[tuple[str, nn.Parameter]] = []
     current_bytes = 0
-    for p in reversed(params):
+    for name, p in reversed(named_trainable_parameters(module)):
         if current and (p.dtype, p.device) != (current[0][1].dtype, current[0][1].device):
             buckets.append(current)
             current, current_bytes = [], 0
-        current.append((" = ".join(names[id(p)]), p))
+        current.append((name, p))
         current_bytes += p.numel() * p.element_size()
         if current_bytes >= bucket_cap_bytes:
             buckets.append(current)

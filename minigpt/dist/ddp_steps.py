@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minigpt.dist.ddp import Bucket, BucketedDDP
+from minigpt.dist.ddp import Bucket, BucketedDDP, named_trainable_parameters
 
 
 class CopyBack(BucketedDDP):
@@ -55,22 +55,13 @@ class CallPerTensor(CopyBack):
 def assign_buckets_before_the_cap(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:
     """The first version's rule: start a new bucket when the next parameter would take the current
     one past the cap (a parameter larger than the cap goes alone)."""
-    names: dict[int, list[str]] = {}
-    params: list[nn.Parameter] = []
-    for name, p in module.named_parameters(remove_duplicate=False):
-        if not p.requires_grad:
-            continue
-        if id(p) not in names:
-            names[id(p)] = []
-            params.append(p)
-        names[id(p)].append(name)
     buckets, current, current_bytes = [], [], 0
-    for p in reversed(params):
+    for name, p in reversed(named_trainable_parameters(module)):
         size = p.numel() * p.element_size()
         if current and current_bytes + size > bucket_cap_bytes:
             buckets.append(current)
             current, current_bytes = [], 0
-        current.append((" = ".join(names[id(p)]), p))
+        current.append((name, p))
         current_bytes += size
     return buckets + [current] if current else buckets
 
