@@ -60,3 +60,19 @@ def tr(lang: str, en: str, es: str) -> str:
     """The English or the Spanish text, by ``lang``."""
     _check_lang(lang)
     return en if lang == "en" else es
+
+
+def write_tables(json_path, table) -> list:
+    """A measurement's Markdown fragments for the pages: ``X.json`` -> ``X-en.txt`` and ``X-es.txt``,
+    each ``table(result, lang)`` of the JSON's content. Returns the paths written."""
+    import json
+    from pathlib import Path
+
+    json_path = Path(json_path)
+    result = json.loads(json_path.read_text())
+    written = []
+    for lang in LANGS:
+        path = json_path.with_name(f"{json_path.stem}-{lang}.txt")
+        path.write_text(table(result, lang))
+        written.append(path)
+    return written

@@ -6,10 +6,9 @@ and Spanish, for the lab page (``lab/results/02-crosscheck-cpu-{en,es}.txt``, in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from minigpt.lang import LANGS, num, sci, tr
+from minigpt.lang import num, sci, tr, write_tables
 
 NAMES = {"ddp": ("Lab 01 DDP (ring)", "DDP del lab 01 (anillo)"),
          "zero1": ("ZeRO-1 optimizer", "optimizador ZeRO-1"),
@@ -69,11 +68,4 @@ def console_table(report: dict) -> str:
 
 
 def render_files(json_path: str) -> list[Path]:
-    path = Path(json_path)
-    report = json.loads(path.read_text())
-    written = []
-    for lang in LANGS:
-        target = path.with_name(f"{path.stem}-{lang}.txt")
-        target.write_text(markdown(report, lang))
-        written.append(target)
-    return written
+    return write_tables(json_path, markdown)

@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from minigpt.lang import LANGS, pct, sci, tr
+from minigpt.lang import pct, sci, tr, write_tables
 
 HEADER = {
     "en": ["kernel set (ATen, MKL, oneDNN)", "check", "step drift, whole batch: max (step)",
@@ -41,11 +40,4 @@ def table(result: dict, lang: str) -> str:
 
 def render(json_path: str | Path) -> list[Path]:
     """``X.json`` -> ``X-en.txt`` and ``X-es.txt`` (Markdown tables the lab page includes)."""
-    json_path = Path(json_path)
-    result = json.loads(json_path.read_text())
-    written = []
-    for lang in LANGS:
-        path = json_path.with_name(f"{json_path.stem}-{lang}.txt")
-        path.write_text(table(result, lang))
-        written.append(path)
-    return written
+    return write_tables(json_path, table)
