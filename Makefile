@@ -48,11 +48,11 @@ grade: $(STAMP)
 
 # The site's generated tables (build/tables/) and figures (docs/figures/) come from the code first.
 docs: $(STAMP)
-	$(PY) -m minigpt.tables
+	$(PY) -m minigpt.pages.theory
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 serve: $(STAMP)
-	$(PY) -m minigpt.tables
+	$(PY) -m minigpt.pages.theory
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
 
 clean:

@@ -3,12 +3,12 @@ PyTorch's DDP; a bucket-cap sweep; the timeline of one step.
 
     torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
 
-The code lives in minigpt/dist/benchmark.py.
+The code lives in minigpt/runners/lab01_benchmark.py.
 """
 
 import sys
 
-from minigpt.dist.benchmark import main
+from minigpt.runners.lab01_benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,12 +3,12 @@ FSDP2), bytes and memory per rank, each step checked against one process.
 
     torchrun --nproc_per_node=2 lab/02_crosscheck.py --report out/lab02.json
 
-The code is in minigpt/dist/crosscheck.py; this file only starts it.
+The code is in minigpt/runners/lab02_crosscheck.py; this file only starts it.
 """
 
 import sys
 
-from minigpt.dist.crosscheck import main
+from minigpt.runners.lab02_crosscheck import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,13 +5,13 @@
     python lab/03_fsdp_practice.py --load-resharded out/lab03-checkpoints     # the world-1 reload, again
     python lab/03_fsdp_practice.py --render lab/results/03-practice-cpu.json   # tables and figures, en + es
 
-The code is in minigpt/fsdp/practice_lab.py (and practice.py, sharded_state.py, memory.py,
+The code is in minigpt/runners/lab03_fsdp_practice.py (and practice.py, sharded_state.py, memory.py,
 practice_tables.py); this file only starts it.
 """
 
 import sys
 
-from minigpt.fsdp.practice_lab import main
+from minigpt.runners.lab03_fsdp_practice import main
 
 if __name__ == "__main__":
     sys.exit(main())

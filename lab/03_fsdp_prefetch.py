@@ -8,7 +8,7 @@ The code lives in minigpt/fsdp/ (prefetch_lab.py, variants.py, trace.py, timelin
 
 import sys
 
-from minigpt.fsdp.prefetch_lab import main
+from minigpt.runners.lab03_fsdp_prefetch import main
 
 if __name__ == "__main__":
     sys.exit(main())

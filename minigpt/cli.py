@@ -28,7 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 # the --help epilog of every script started with torchrun
 TORCHRUN_EPILOG = ("Bad input stops every rank before any work, with one line: 'PROG: error: --option VALUE: "
                    "why'. Under torchrun that line comes first, then torchrun's own failure report (a "

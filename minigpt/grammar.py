@@ -51,15 +51,28 @@ import difflib
 import hashlib
 import random
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 import torch
 
 from minigpt.lexicon import (  # noqa: F401 - re-exported: grammar.ES_VERBS etc.
-    ES_PRONOUNS, ES_ADVERBS, ES_NOUNS, ES_LANGUAGES, ES_ARTICLES, ES_VERBS,
-    EN_PRONOUNS, EN_ADVERBS, EN_NOUNS, EN_LANGUAGES, EN_VERBS, EN_DETERMINERS, EN_DETERMINER_SWAP,
-    es_conjugate, en_conjugate, en_determiner_ok,
+    EN_ADVERBS,
+    EN_DETERMINER_SWAP,
+    EN_DETERMINERS,
+    EN_LANGUAGES,
+    EN_NOUNS,
+    EN_PRONOUNS,
+    EN_VERBS,
+    ES_ADVERBS,
+    ES_ARTICLES,
+    ES_LANGUAGES,
+    ES_NOUNS,
+    ES_PRONOUNS,
+    ES_VERBS,
+    en_conjugate,
+    en_determiner_ok,
+    es_conjugate,
 )
 
 PAD, BOS, SEP, EOS = "<pad>", "<bos>", "<sep>", "<eos>"
@@ -70,7 +83,7 @@ PAD_ID, BOS_ID, SEP_ID, EOS_ID = 0, 1, 2, 3
 # The vocabulary
 
 
-@lru_cache(maxsize=None)
+@cache
 def vocabulary() -> tuple[str, ...]:
     """All tokens: the four specials first (ids 0-3), then every word form, sorted."""
     words: set[str] = set(ES_PRONOUNS) | set(ES_LANGUAGES) | set(ES_ARTICLES.values())
@@ -94,7 +107,7 @@ def vocabulary() -> tuple[str, ...]:
     return SPECIALS + tuple(sorted(words))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _token_ids() -> dict[str, int]:
     ids = {}
     for i, word in enumerate(vocabulary()):

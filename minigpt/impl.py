@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -36,16 +36,16 @@ REFERENCE: dict[str, dict[str, str]] = {
         "lr_at": "minigpt.train:lr_at",
     },
     "lab01_ddp": {
-        "ring_all_reduce": "minigpt.dist.ring:ring_all_reduce",
-        "assign_buckets": "minigpt.dist.ddp:assign_buckets",
-        "BucketedDDP": "minigpt.dist.ddp:BucketedDDP",
+        "ring_all_reduce": "minigpt.parallel.ring:ring_all_reduce",
+        "assign_buckets": "minigpt.parallel.ddp:assign_buckets",
+        "BucketedDDP": "minigpt.parallel.ddp:BucketedDDP",
     },
     "lab02_zero": {
         "device_memory": "minigpt.zero.memory:device_memory",
         "zero2_step": "minigpt.zero.simulate:zero2_step",
         "step_collectives": "minigpt.zero.comm:step_collectives",
-        "trainable_parameters": "minigpt.dist.zero1:trainable_parameters",
-        "ZeroOneOptimizer": "minigpt.dist.zero1:ZeroOneOptimizer",
+        "trainable_parameters": "minigpt.parallel.zero1:trainable_parameters",
+        "ZeroOneOptimizer": "minigpt.parallel.zero1:ZeroOneOptimizer",
     },
     "lab03_fsdp": {
         "predict_event_order": "minigpt.fsdp.variants:predict_event_order",
@@ -74,7 +74,7 @@ def exercise_module(module: str) -> ModuleType:
     return _import_file(exercises_dir() / f"{module}.py")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise FileNotFoundError(f"no exercise file {path}")

@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minigpt import impl
-from minigpt.dist import ring as ring_ref
+from minigpt.parallel import ring as ring_ref
 from tests import launcher
 from tests.limits import limit
 
@@ -221,7 +222,7 @@ def ddp_no_sync(group) -> dict:
 
 def ddp_minigpt(group) -> dict:
     """Three AdamW steps of a small MiniGPT: two ranks against one process on the global batch."""
-    from minigpt.dist import equivalence
+    from minigpt.parallel import equivalence
     from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
     BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
     cfg = TrainConfig(steps=3, batch_size=16, n_layer=2, n_head=2, n_embd=32, warmup=1, lr=1e-3)
@@ -320,7 +321,7 @@ def ddp_against_torch(group, size: int) -> dict:
     """The reference BucketedDDP and PyTorch's DDP on the same models, data and caps, 3 SGD steps
     (momentum): their parameters must agree on every world size. Not graded: it checks the
     course's DDP, whatever implementation is selected."""
-    from minigpt.dist.ddp import BucketedDDP
+    from minigpt.parallel.ddp import BucketedDDP
     out = {}
     for name in models_it_was_not_built_for():
         for cap_bytes in (100, 4000):
@@ -341,9 +342,9 @@ def ddp_against_torch(group, size: int) -> dict:
 
 
 def ddp_versions(group) -> dict:
-    """Lab 01's benchmark compares the DDP's earlier versions (minigpt/dist/ddp_steps.py): each
+    """Lab 01's benchmark compares the DDP's earlier versions (minigpt/parallel/ddp_steps.py): each
     must compute the same gradients as the reference, bit for bit (2 ranks)."""
-    from minigpt.dist.ddp_steps import VERSIONS
+    from minigpt.parallel.ddp_steps import VERSIONS
     grads = {}
     for version, cls in VERSIONS.items():
         torch.manual_seed(0)
@@ -363,8 +364,8 @@ def main() -> None:
     groups = {size: group_of(size) for size in range(1, WORLD + 1)}
     for size, group in groups.items():
         if RANK < size:
-            record(f"ring_{size}", lambda: ring_cases(group, size))
-            record(f"ring_reference_{size}", lambda: reference_scatter_gather(group, size))
+            record(f"ring_{size}", partial(ring_cases, group, size))
+            record(f"ring_reference_{size}", partial(reference_scatter_gather, group, size))
     if RANK < 2:
         pair = groups[2]
         record("ring_bad_op", lambda: ring_rejects_bad_op(pair))
@@ -375,7 +376,7 @@ def main() -> None:
         record("ddp_versions", lambda: ddp_versions(pair))
     for size, group in groups.items():
         if 2 <= size and RANK < size:
-            record(f"ddp_against_torch_{size}", lambda: ddp_against_torch(group, size))
+            record(f"ddp_against_torch_{size}", partial(ddp_against_torch, group, size))
     # the scenarios that can leave ranks out of step: own groups, short timeouts, last
     risky = [group_of(2, timeout_s=8.0) for _ in range(2)]
     if RANK < 2:

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from minigpt.fsdp.prefetch_lab import main
+from minigpt.runners.lab03_fsdp_prefetch import main
 
 if __name__ == "__main__":
     outdir = Path(sys.argv[1])

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from minigpt.dist import kernel_sets
+from minigpt.runners import lab01_kernel_sets as kernel_sets
 from tests.limits import limit
 
 SHORT = ["--steps", "12", "--warmup", "4", "--test-sentences", "10"]

@@ -260,7 +260,7 @@ def test_the_benchmarks_earlier_versions_compute_the_same_gradients(ranks):
 
 
 def test_chunk_bounds_cover_the_tensor():
-    from minigpt.dist.ring import chunk_bounds
+    from minigpt.parallel.ring import chunk_bounds
 
     assert chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
     assert chunk_bounds(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
@@ -269,7 +269,7 @@ def test_chunk_bounds_cover_the_tensor():
 
 
 def test_bucketed_ddp_rejects_a_bad_cap():
-    from minigpt.dist.ddp import BucketedDDP
+    from minigpt.parallel.ddp import BucketedDDP
 
     with pytest.raises(ValueError, match="bucket_cap_mb must be a positive number of MiB, got -1"):
         BucketedDDP(nn.Linear(2, 2), bucket_cap_mb=-1)

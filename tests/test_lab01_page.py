@@ -6,8 +6,8 @@ came from (lab/results/*.json, written by the lab's own scripts) or to the code.
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --optimizer sgd --lr 0.1 --min-lr 0 --report lab/results/01-check-sgd-cpu.json
     torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
     python lab/01_kernel_sets.py --out lab/results --config adamw   (and --config sgd)
-    python -m minigpt.dist.equivalence --out lab/results
-    python -m minigpt.dist.equivalence --sources 0,286 --out lab/results
+    python lab/01_drift.py --out lab/results
+    python lab/01_drift.py --sources 0,286 --out lab/results
 
 Numbers at the level of one float32 rounding depend on the CPU's kernels: the page states them as
 measured on the named machine, and as ranges over the kernel sets (tied here to the committed
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.dist import benchmark_tables, equivalence, kernel_sets_tables
-from minigpt.dist.ddp import assign_buckets
-from minigpt.dist.train_ddp import DEFAULT_BUCKET_CAP_MB
 from minigpt.model import GPTConfig, MiniGPT
-from minigpt.lang import sci
+from minigpt.pages import lab01_benchmark, lab01_check
+from minigpt.pages.lang import sci
+from minigpt.parallel import equivalence
+from minigpt.parallel.ddp import assign_buckets
+from minigpt.runners.lab01_ddp import DEFAULT_BUCKET_CAP_MB
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
@@ -52,18 +53,18 @@ def test_the_included_tables_are_what_the_code_renders_from_the_measurements():
     rows = result("01-amplification.json")
     sources = result("01-drift-sources-adamw.json")
     for lang in ("en", "es"):
-        assert (RESULTS / f"01-benchmark-cpu-{lang}.txt").read_text() == benchmark_tables.render_tables(bench, lang)
-        assert (RESULTS / f"01-amplification-{lang}.txt").read_text() == equivalence.amplification_tables(rows)[lang]
-        assert (RESULTS / f"01-drift-sources-adamw-{lang}.txt").read_text() == equivalence.sources_tables(sources)[lang]
+        assert (RESULTS / f"01-benchmark-cpu-{lang}.txt").read_text() == lab01_benchmark.render_tables(bench, lang)
+        assert (RESULTS / f"01-amplification-{lang}.txt").read_text() == lab01_check.amplification_tables(rows)[lang]
+        assert (RESULTS / f"01-drift-sources-adamw-{lang}.txt").read_text() == lab01_check.sources_tables(sources)[lang]
         for config in ("adamw", "sgd"):
             kernel = result(f"01-kernel-sets-{config}-cpu.json")
             assert (RESULTS / f"01-kernel-sets-{config}-cpu-{lang}.txt").read_text() == \
-                kernel_sets_tables.table(kernel, lang)
+                lab01_check.table(kernel, lang)
         assert (RESULTS / f"01-benchmark-cpu-timeline-{lang}.png").stat().st_size > 10_000
 
 
 def console_line(name: str, v: dict) -> str:
-    """A variant's line in lab/01_ddp.py --check's summary (minigpt.dist.train_ddp.print_summary)."""
+    """A variant's line in lab/01_ddp.py --check's summary (minigpt.runners.lab01_ddp.print_summary)."""
     s, m, t = v["step_drift"], v["micro_batch_drift"], v["trajectory_drift"]
     return (f"[rank 0] {name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
             f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from minigpt.dist import train_ddp
+from minigpt.runners import lab01_ddp
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
 
@@ -39,7 +39,7 @@ def test_two_node_launch_checks_and_reports(tmp_path):
     nodes = [torchrun_node(0, port, [*common, "--report", str(report)]),
              torchrun_node(1, port, [*common, "--report", str(tmp_path / "other.json")])]
     outputs = [n.communicate(timeout=limit(150)) for n in nodes]
-    for node, (out, err) in zip(nodes, outputs):
+    for node, (_, err) in zip(nodes, outputs):
         assert node.returncode == 0, err[-3000:]
     out0 = outputs[0][0]
     assert "check PASS" in out0 and "world size 2" in out0, out0
@@ -119,7 +119,7 @@ def test_bad_input_exits_2_with_a_message(args, env, message, monkeypatch, capsy
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert train_ddp.main(args) == 2
+    assert lab01_ddp.main(args) == 2
     assert message in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.dist.crosscheck_tables import markdown
+from minigpt.pages.lab02_crosscheck import markdown
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
 
@@ -99,8 +99,8 @@ def test_zero1_in_a_world_of_one_is_adamw_and_refuses_a_partial_state_dict():
     parameters and gradients are views of the flat buffers, and state_dict() is refused."""
     code = """
 import torch
-from minigpt.dist import launch
-from minigpt.dist.zero1 import ZeroOneOptimizer
+from minigpt.parallel import launch
+from minigpt.parallel.zero1 import ZeroOneOptimizer
 launch.init()
 torch.manual_seed(0)
 a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)

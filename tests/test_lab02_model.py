@@ -4,6 +4,8 @@ of every stage against stage 0 and against the analytic model."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -103,7 +105,8 @@ def test_simulator_rejects_bad_input():
 def _cli(*args: str):
     import subprocess
     import sys
-    return subprocess.run([sys.executable, "-m", "minigpt.zero", *args], capture_output=True, text=True, timeout=limit(60))
+    script = Path(__file__).resolve().parents[1] / "lab" / "02_zero.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=limit(60))
 
 
 def test_cli_memory_and_comm_json_give_exact_bytes():
@@ -149,6 +152,6 @@ def test_the_simulator_command_holds_every_stage_against_the_model():
 def test_the_zero_package_never_imports_torch():
     import subprocess
     import sys
-    code = ("import sys, minigpt.zero.cli, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
+    code = ("import sys, minigpt.runners.lab02_zero, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=limit(60))

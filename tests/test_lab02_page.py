@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.dist.crosscheck_tables import markdown
-from minigpt.lang import num, sci
+from minigpt.pages.lab02_crosscheck import markdown
+from minigpt.pages.lang import num, sci
 from minigpt.zero import memory, simulate
 from tests.test_grader import lab_points
 
@@ -35,7 +35,7 @@ def stated_numbers(lang: str) -> list[str]:
     ddp, zero1, fsdp = v["ddp"], v["zero1"], v["fsdp2"]
     ddp_optimizer_extra = ddp["model_states_after_step"]["optimizer"] - 8 * psi  # AdamW's step counters
     # the first, broken, version skipped the root's all-gather: (N-1)/N of the padded root, 4 bytes each
-    from minigpt.dist.crosscheck import fsdp2_unit_sizes
+    from minigpt.runners.lab02_crosscheck import fsdp2_unit_sizes
     from minigpt.train import TrainConfig, build_model
     _, padded_units = fsdp2_unit_sizes(build_model(TrainConfig()), n)
     without_root = fsdp["prediction"]["bytes"] - (n - 1) / n * 4 * padded_units[0]

@@ -17,9 +17,9 @@ import re
 import pytest
 
 from minigpt.fsdp import annotations
-from minigpt.fsdp.practice_tables import render_tables
-from minigpt.fsdp.timeline import table as prefetch_tables
-from minigpt.lang import num, sci
+from minigpt.pages.lab03_practice import render_tables
+from minigpt.pages.lab03_prefetch import table as prefetch_tables
+from minigpt.pages.lang import num, sci
 from tests.launcher import ROOT
 from tests.test_grader import lab_points
 

@@ -25,10 +25,10 @@ import pytest
 import torch
 from torch import nn
 
-from minigpt.dist.equivalence import TOLERANCE, probe_batch
 from minigpt.fsdp.memory import PeakMemory, model_state_bytes
 from minigpt.fsdp.sharded_state import global_grad_norm_from_shards, local_norm_term
 from minigpt.model import MiniGPT
+from minigpt.parallel.equivalence import TOLERANCE, probe_batch
 from minigpt.train import TrainConfig
 from tests.launcher import ROOT, start_ranks
 from tests.limits import limit
@@ -333,8 +333,8 @@ def test_bad_values_exit_2(args, named, tmp_path):
 
 
 def _lab_module():
-    from minigpt.fsdp import practice_tables
-    return practice_tables
+    from minigpt.pages import lab03_practice
+    return lab03_practice
 
 
 def test_render_both_languages(launched, tmp_path):

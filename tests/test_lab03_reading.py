@@ -7,7 +7,7 @@ by the notes in :mod:`minigpt.fsdp.annotations`. These tests hold it to the inst
   under test (with :mod:`ast` on the module's file, not with ``inspect``);
 * a changed anchor, a missing function or module, an ambiguous anchor and an anchor that only
   exists elsewhere in the file are all reported, by the note's key, with the torch version;
-* the terminal output (one run of ``python -m minigpt.fsdp.reading`` per language) shows real
+* the terminal output (one run of ``python lab/03_fsdp_reading.py`` per language) shows real
   source lines at their real line numbers, every note, and marks the anchored lines;
 * the Markdown fragment for the site has correct ``linenums``/``hl_lines`` (checked by rendering
   it with the site's own Markdown extensions) and the notes in its language;
@@ -31,6 +31,8 @@ import torch
 
 from minigpt.fsdp import reading
 from minigpt.fsdp.annotations import ANNOTATIONS, SECTIONS, Annotation
+from minigpt.pages import lab03_reading as reading_page
+from minigpt.runners import lab03_fsdp_reading as reading_command
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +52,7 @@ def module_file(module: str) -> Path:
     return Path(importlib.import_module(module).__file__).resolve()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _file_lines(path: Path) -> tuple[str, ...]:
     return tuple(path.read_text(encoding="utf-8").splitlines())
 
@@ -59,7 +61,7 @@ def file_lines(path: Path) -> list[str]:
     return list(_file_lines(path))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
@@ -185,10 +187,10 @@ def test_a_broken_annotation_is_reported_by_its_key(bad: Annotation, says: str):
 
 
 def test_check_command_exits_1_naming_a_changed_anchor(monkeypatch, capsys):
-    assert reading.main(["--check"]) == 0
+    assert reading_command.main(["--check"]) == 0
     assert f"OK: all {len(ANNOTATIONS)} anchors" in capsys.readouterr().out
-    monkeypatch.setattr(reading, "ANNOTATIONS", ANNOTATIONS[:5] + (broken(PENDING, anchor="pending_wait()"),))
-    assert reading.main(["--check"]) == 1
+    monkeypatch.setattr(reading_command, "ANNOTATIONS", ANNOTATIONS[:5] + (broken(PENDING, anchor="pending_wait()"),))
+    assert reading_command.main(["--check"]) == 1
     err = capsys.readouterr().err
     assert "fsdp2.unshard.pending" in err and "'pending_wait()'" in err and "1 of 6 anchors are broken" in err
 
@@ -197,7 +199,7 @@ def test_check_command_exits_1_naming_a_changed_anchor(monkeypatch, capsys):
 
 
 def run_reading(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "minigpt.fsdp.reading", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "lab/03_fsdp_reading.py", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=limit(120))
 
 
@@ -248,16 +250,16 @@ def test_printed_notes_are_in_the_chosen_language(printed):
 
 
 def test_section_and_key_select_part_of_the_reading(capsys):
-    assert reading.main(["--key", "fsdp1.limiter.synchronize"]) == 0
+    assert reading_command.main(["--key", "fsdp1.limiter.synchronize"]) == 0
     out = capsys.readouterr().out
     path, line = anchored_line(BY_KEY["fsdp1.limiter.synchronize"])
     assert f"{line:>5} │ {file_lines(path)[line - 1]}   ◀ [{NUMBER['fsdp1.limiter.synchronize']}]" in out
     assert out.count("◀") == 1 and "_FreeEventQueue" not in out
-    assert reading.main(["--section", "fsdp1-rate-limiter", "--lang", "es"]) == 0
+    assert reading_command.main(["--section", "fsdp1-rate-limiter", "--lang", "es"]) == 0
     out = capsys.readouterr().out
     limiter = next(s for s in SECTIONS if s.name == "fsdp1-rate-limiter")
     assert out.count("◀") == len(limiter.annotations) and "FSDPParamGroup" not in out
-    assert reading.main(["--list"]) == 0
+    assert reading_command.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert all(a.key in out for a in ANNOTATIONS) and all(s.name in out for s in SECTIONS)
 
@@ -277,7 +279,7 @@ def test_bad_lang_exits_2_naming_the_value():
 ])
 def test_bad_flag_values_exit_2(args, says, capsys):
     try:
-        code = reading.main(args)  # our path checks return 2 ...
+        code = reading_command.main(args)  # our path checks return 2 ...
     except SystemExit as exit_info:  # ... argparse's exit with it
         code = exit_info.code
     assert code == 2
@@ -306,7 +308,7 @@ def function_groups() -> list[Annotation]:
 
 @pytest.mark.parametrize("lang", ["en", "es"])
 def test_markdown_fragment_shows_real_lines_with_the_right_numbers(lang):
-    md = reading.render_markdown(lang)
+    md = reading_page.render_markdown(lang)
     rows = md.splitlines()
     functions, highlighted, blocks = [], {}, 0
     path = None
@@ -344,7 +346,7 @@ def test_markdown_renders_with_the_site_extensions():
     the fragment as the site does and check that every highlighted line holds an anchor."""
     import markdown
 
-    html_out = markdown.markdown(reading.render_markdown("en"), extensions=[
+    html_out = markdown.markdown(reading_page.render_markdown("en"), extensions=[
         "attr_list", "pymdownx.superfences", "pymdownx.highlight"])
     spans = re.findall(r'<span class="hll">(.*?)\n</span>', html_out, flags=re.S)
     texts = [html.unescape(re.sub(r"<[^>]+>", "", span)) for span in spans]
@@ -357,6 +359,6 @@ def test_markdown_renders_with_the_site_extensions():
 
 def test_markdown_command_writes_the_fragment(tmp_path, capsys):
     out = tmp_path / "tables" / "fsdp-reading-es.md"
-    assert reading.main(["--markdown", str(out), "--lang", "es"]) == 0
-    assert out.read_text(encoding="utf-8") == reading.render_markdown("es")
+    assert reading_command.main(["--markdown", str(out), "--lang", "es"]) == 0
+    assert out.read_text(encoding="utf-8") == reading_page.render_markdown("es")
     assert str(out) in capsys.readouterr().out

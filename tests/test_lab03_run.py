@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from minigpt.fsdp.prefetch_lab import main
 from minigpt.fsdp.variants import VARIANTS, predict_all_gather_order, predict_event_order
 from minigpt.model import MiniGPT
+from minigpt.runners.lab03_fsdp_prefetch import main
 from minigpt.train import TrainConfig
 from tests.launcher import ROOT, free_port, run_ranks
 from tests.limits import limit
@@ -127,7 +127,7 @@ def test_the_trace_shows_each_prefetch(lab_run):
             events = events_of(r, rank)
             gathers = [e for e in events if e["what"] == "all-gather issued"]
 
-            def issued(unit: str, phase: str) -> float:
+            def issued(unit: str, phase: str, events: list[dict] = events) -> float:
                 return time_of(events, "all-gather issued", unit, phase)
 
             for i in range(3):  # forward: block i+1's all-gather against block i's computation

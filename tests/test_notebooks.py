@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent

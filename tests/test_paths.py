@@ -16,18 +16,18 @@ import torch.distributed as dist
 # (module whose main() is called, the option, "file" or "dir", other arguments that make the call valid)
 OUTPUTS = [
     ("minigpt.train", "--out", "file", ["--steps", "2", "--warmup", "1"]),
-    ("minigpt.dist.train_ddp", "--report", "file", []),
-    ("minigpt.dist.benchmark", "--out", "dir", []),
-    ("minigpt.dist.crosscheck", "--report", "file", []),
-    ("minigpt.dist.kernel_sets", "--out", "dir", []),
-    ("minigpt.dist.equivalence", "--out", "dir", []),
-    ("minigpt.fsdp.prefetch_lab", "--report", "file", []),
-    ("minigpt.fsdp.prefetch_lab", "--trace-dir", "dir", []),
-    ("minigpt.fsdp.practice_lab", "--report", "file", []),
-    ("minigpt.fsdp.practice_lab", "--out-dir", "dir", []),
-    ("minigpt.fsdp.reading", "--markdown", "file", []),
-    ("minigpt.tables", "--tables-dir", "dir", []),
-    ("minigpt.tables", "--figures-dir", "dir", []),
+    ("minigpt.runners.lab01_ddp", "--report", "file", []),
+    ("minigpt.runners.lab01_benchmark", "--out", "dir", []),
+    ("minigpt.runners.lab02_crosscheck", "--report", "file", []),
+    ("minigpt.runners.lab01_kernel_sets", "--out", "dir", []),
+    ("minigpt.runners.lab01_drift", "--out", "dir", []),
+    ("minigpt.runners.lab03_fsdp_prefetch", "--report", "file", []),
+    ("minigpt.runners.lab03_fsdp_prefetch", "--trace-dir", "dir", []),
+    ("minigpt.runners.lab03_fsdp_practice", "--report", "file", []),
+    ("minigpt.runners.lab03_fsdp_practice", "--out-dir", "dir", []),
+    ("minigpt.runners.lab03_fsdp_reading", "--markdown", "file", []),
+    ("minigpt.pages.site", "--tables-dir", "dir", []),
+    ("minigpt.pages.site", "--figures-dir", "dir", []),
 ]
 
 

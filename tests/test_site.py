@@ -4,7 +4,7 @@ language, see the formulas drawn, read a notebook, search in Spanish.
 
 The site is built once for this module, into a fresh temporary folder (never ``site/``: a
 half-written ``site/`` from an earlier failed build would mislead), after ``python -m
-minigpt.tables`` has written the generated tables and figures the pages include. These tests check
+minigpt.pages`` has written the generated tables and figures the pages include. These tests check
 the course's own machinery and carry no points.
 """
 
@@ -48,7 +48,7 @@ def english_pages() -> list[str]:
 def site(tmp_path_factory) -> SimpleNamespace:
     """Generate the tables and figures, then build the whole site once, strictly."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    tables = subprocess.run([sys.executable, "-m", "minigpt.tables"], cwd=ROOT, env=env,
+    tables = subprocess.run([sys.executable, "-m", "minigpt.pages"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=limit(180))
     out = tmp_path_factory.mktemp("site") / "site"
     build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
@@ -65,7 +65,7 @@ def built(site: SimpleNamespace) -> Path:
 
 
 def test_strict_build_passes(site):
-    assert site.tables.returncode == 0, f"python -m minigpt.tables failed:\n{site.tables.stderr}"
+    assert site.tables.returncode == 0, f"python -m minigpt.pages failed:\n{site.tables.stderr}"
     assert site.build.returncode == 0, f"mkdocs build --strict failed:\n{site.build.stderr}"
 
 

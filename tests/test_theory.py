@@ -2,7 +2,7 @@
 
 * The formulas of ``minigpt.zero.analytic`` against numbers from outside the code: the ZeRO
   paper's Table 1, 16 bytes per parameter, the ring's 2(N-1)/N, the pipeline simulation.
-* ``python -m minigpt.tables`` writes every registered table and figure in both languages.
+* ``python -m minigpt.pages`` writes every registered table and figure in both languages.
 * Every table a page includes and every figure it shows is registered, in the page's language.
 * Every worked-example number written in the prose of a page (English and Spanish) is the one the
   code computes, and the Python snippets on the pages print what their comments say.
@@ -207,17 +207,17 @@ def test_gpt_param_count_is_minigpts():
 
 
 def test_generator_writes_every_table_and_figure(tmp_path):
-    from minigpt import tables
+    from minigpt.pages import site
 
     tables_dir, figures_dir = tmp_path / "tables", tmp_path / "figures"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert tables.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir)]) == 0
+        assert site.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir)]) == 0
     printed = out.getvalue().split()
-    for name in tables.FRAGMENTS:
+    for name in site.FRAGMENTS:
         for lang in LANGS:
             assert str(tables_dir / f"{name}-{lang}.md") in printed
-    for name in tables.TABLES:
+    for name in site.TABLES:
         shapes = []
         for lang in LANGS:
             path = tables_dir / f"{name}-{lang}.md"
@@ -226,7 +226,7 @@ def test_generator_writes_every_table_and_figure(tmp_path):
             assert lines[0].startswith("| ") and set(lines[1]) <= set("|-: ")
             shapes.append((len(lines), {line.count(" | ") for line in lines}))
         assert shapes[0] == shapes[1], f"{name}: the English and Spanish tables differ in shape"
-    for name in tables.FIGURES:
+    for name in site.FIGURES:
         for lang in LANGS:
             path = figures_dir / f"{name}-{lang}.png"
             assert str(path) in printed
@@ -234,7 +234,7 @@ def test_generator_writes_every_table_and_figure(tmp_path):
 
 
 def test_number_formats():
-    from minigpt import tables as T
+    from minigpt.pages import lang as T
 
     assert [T.num(1234567.5, "en", 1), T.num(1234567.5, "es", 1)] == ["1,234,567.5", "1 234 567,5"]
     assert [T.num(1024, "en"), T.num(1024, "es"), T.num(16384, "es")] == ["1,024", "1024", "16 384"]
@@ -253,29 +253,29 @@ LINK = re.compile(r"\]\(([^)\s]+?\.md)(#[\w-]+)?\)")
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.parametrize("stem", PAGES)
 def test_pages_include_registered_tables_and_figures(stem, lang):
-    from minigpt import tables
+    from minigpt.pages import site
 
     text = page_text(stem, lang)
     includes, figures = INCLUDE.findall(text), FIGURE.findall(text)
     assert includes, f"{stem} ({lang}) includes no generated table"
     for name, table_lang in includes:
-        assert name in tables.TABLES, f"{stem}: table {name!r} is not registered in minigpt.tables.TABLES"
+        assert name in site.TABLES, f"{stem}: table {name!r} is not registered in minigpt.pages.site.TABLES"
         assert table_lang == lang, f"{stem} ({lang}) includes the {table_lang} version of {name}"
     for name, figure_lang in figures:
-        assert name in tables.FIGURES, f"{stem}: figure {name!r} is not registered in minigpt.tables.FIGURES"
+        assert name in site.FIGURES, f"{stem}: figure {name!r} is not registered in minigpt.pages.site.FIGURES"
         assert figure_lang == lang, f"{stem} ({lang}) shows the {figure_lang} version of {name}"
     assert "--8<--" not in INCLUDE.sub("", text), f"{stem} ({lang}) has an include of something else"
 
 
 def test_every_registered_table_and_figure_is_used():
-    from minigpt import tables
+    from minigpt.pages import site
 
     text = "".join(page_text(stem, lang) for stem in PAGES for lang in LANGS)
     text += "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "lab").glob("[0-9][0-9]-*.md")))
     used_tables = {name for name, _ in INCLUDE.findall(text)}
     used_figures = {name for name, _ in FIGURE.findall(text)}
-    assert used_tables == set(tables.TABLES) | set(tables.FRAGMENTS)
-    assert used_figures == set(tables.FIGURES)
+    assert used_tables == set(site.TABLES) | set(site.FRAGMENTS)
+    assert used_figures == set(site.FIGURES)
 
 
 def heading_ids(path: Path) -> set[str]:
@@ -325,7 +325,7 @@ def test_page_snippets_print_what_they_say(stem, lang):
 
 def _prose_numbers():
     """(page, function(lang) -> the exact text the page must contain)."""
-    from minigpt import tables as T
+    from minigpt.pages import theory as T
 
     def t(en, es):
         return lambda lang: en if lang == "en" else es

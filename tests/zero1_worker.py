@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minigpt import impl
-from minigpt.dist import ring
+from minigpt.parallel import ring
 from tests import launcher
 from tests.limits import limit
 
@@ -152,7 +153,7 @@ def main() -> None:
             for mode in ("all", "some"):
                 name = f"zero1_{size}_{optimizer}_{mode}"
                 if RANK < size:
-                    record(name, lambda: run(group, size, optimizer, mode))
+                    record(name, partial(run, group, size, optimizer, mode))
                 else:
                     RESULTS[name] = {"ok": True, "idle": True}
         dist.barrier()

@@ -7,7 +7,7 @@ Fill in the four pieces, then grade yourself:
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --impl exercises   # train with yours
 
 Read the lab guide first: ``lab/01-ddp-from-scratch.md``. The reference is in
-``minigpt/dist/ring.py`` and ``minigpt/dist/ddp.py``; try not to peek.
+``minigpt/parallel/ring.py`` and ``minigpt/parallel/ddp.py``; try not to peek.
 
 Your :class:`BucketedDDP` inherits the scaffolding from the reference (broadcast at start,
 ``forward``, ``no_sync``, the bucket buffers, introspection) and replaces the four methods that
@@ -32,8 +32,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist.ddp import Bucket, BucketedDDP as _Scaffold, _Pending  # noqa: F401
-from minigpt.dist.ring import COUNTER, ByteCounter, chunk_bounds, exchange, ring_position  # noqa: F401
+from minigpt.parallel.ddp import Bucket, _Pending  # noqa: F401
+from minigpt.parallel.ddp import BucketedDDP as _Scaffold
+from minigpt.parallel.ring import COUNTER, ByteCounter, chunk_bounds, exchange, ring_position  # noqa: F401
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,

@@ -8,7 +8,7 @@ grade yourself:
 
 Read the lab guide first: ``lab/02-zero-simulator.md``. The reference is in
 ``minigpt/zero/memory.py``, ``minigpt/zero/comm.py``, ``minigpt/zero/simulate.py`` and
-``minigpt/dist/zero1.py``; try not to peek. What you can use:
+``minigpt/parallel/zero1.py``; try not to peek. What you can use:
 
 * ``recipe(name)`` -> a :class:`Recipe` with ``param_bytes``, ``grad_bytes``,
   ``optimizer_bytes`` (K) and ``reduce_bytes`` (bytes per communicated gradient element);
@@ -27,12 +27,12 @@ Read the lab guide first: ``lab/02-zero-simulator.md``. The reference is in
 from __future__ import annotations
 
 import numpy as np  # noqa: F401
-
 import torch
 from torch import nn
 
-from minigpt.dist import ring  # noqa: F401
-from minigpt.dist.zero1 import FlatGroup, ZeroOneOptimizer as _Scaffold  # noqa: F401
+from minigpt.parallel import ring  # noqa: F401
+from minigpt.parallel.zero1 import FlatGroup  # noqa: F401
+from minigpt.parallel.zero1 import ZeroOneOptimizer as _Scaffold
 from minigpt.zero.comm import Collective  # noqa: F401
 from minigpt.zero.memory import DeviceMemory, Recipe, recipe, working_buffer  # noqa: F401
 from minigpt.zero.simulate import Cluster, _forward_whole  # noqa: F401
@@ -107,7 +107,7 @@ def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
 
 
 class ZeroOneOptimizer(_Scaffold):
-    """Your ZeRO-1: the scaffolding (``minigpt/dist/zero1.py``) builds the flat buffers from your
+    """Your ZeRO-1: the scaffolding (``minigpt/parallel/zero1.py``) builds the flat buffers from your
     :func:`trainable_parameters`, cuts out this rank's pieces, marks the parameters that receive a
     gradient, reduces, and gathers the state for the checks. You write the step."""
 

@@ -6,7 +6,7 @@ Fill in the three pieces, then grade yourself:
     .venv/bin/python -m pytest tests/test_lab03.py --impl=exercises   # this lab only
 
 Read the lab guide first: ``lab/03-fsdp-prefetch.md``, and the annotated reading of PyTorch's
-prefetch code (``python -m minigpt.fsdp.reading``). The reference is in
+prefetch code (``python lab/03_fsdp_reading.py``). The reference is in
 ``minigpt/fsdp/variants.py``, ``minigpt/fsdp/sharded_state.py`` and ``minigpt/fsdp/practice.py``;
 try not to peek. Exercise 3.1 is checked against the event logs of real runs
 (``lab/results/03-prefetch-cpu.json``), so your prediction must match what FSDP really did.
@@ -14,7 +14,7 @@ try not to peek. Exercise 3.1 is checked against the event logs of real runs
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn

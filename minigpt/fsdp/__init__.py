@@ -18,5 +18,5 @@ rather than in a copy of it.
 * In practice: the settings that trade memory for overlap (``reshard_after_forward``, explicit
   prefetch lists, the FSDP1 rate limiter) and what they do to a real run.
 
-Run ``python -m minigpt.fsdp.reading`` to start reading.
+Run ``python lab/03_fsdp_reading.py`` to start reading.
 """

@@ -147,7 +147,7 @@ class PeakMemory:
         self._cuda_start = 0
 
     # -- the region
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -40,10 +40,10 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from minigpt import grammar
-from minigpt.dist import equivalence
-from minigpt.dist.launch import DistContext
 from minigpt.fsdp.memory import PeakMemory, local_tensor, model_state_bytes
 from minigpt.model import MiniGPT
+from minigpt.parallel import equivalence
+from minigpt.parallel.launch import DistContext
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 
 POLICIES = ("whole", "block", "linear")
@@ -195,7 +195,7 @@ class CollectiveCounter:
                 self._depth -= 1
         return counted
 
-    def __enter__(self) -> "CollectiveCounter":
+    def __enter__(self) -> CollectiveCounter:
         for name in COUNTED:
             self._originals[name] = getattr(dist, name)
             setattr(dist, name, self._counting(name, self._originals[name]))

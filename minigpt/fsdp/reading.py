@@ -1,12 +1,16 @@
 """Read PyTorch's FSDP prefetch code, straight from the installed torch, with our notes beside it.
 
-    python -m minigpt.fsdp.reading                 # the whole reading, in English
-    python -m minigpt.fsdp.reading --lang es       # en español
-    python -m minigpt.fsdp.reading --section fsdp1-rate-limiter
-    python -m minigpt.fsdp.reading --key fsdp2.unshard.pending
-    python -m minigpt.fsdp.reading --list          # sections and keys (does not import torch)
-    python -m minigpt.fsdp.reading --check         # is every anchor still where the notes say?
-    python -m minigpt.fsdp.reading --markdown build/tables/fsdp-reading-en.md [--lang es]
+This module finds the lines; :mod:`minigpt.pages.lab03_reading` lays them out (for a terminal and
+for the site) and ``python lab/03_fsdp_reading.py`` (:mod:`minigpt.runners.lab03_fsdp_reading`) is the
+command:
+
+    python lab/03_fsdp_reading.py                 # the whole reading, in English
+    python lab/03_fsdp_reading.py --lang es       # en español
+    python lab/03_fsdp_reading.py --section fsdp1-rate-limiter
+    python lab/03_fsdp_reading.py --key fsdp2.unshard.pending
+    python lab/03_fsdp_reading.py --list          # sections and keys (does not import torch)
+    python lab/03_fsdp_reading.py --check         # is every anchor still where the notes say?
+    python lab/03_fsdp_reading.py --markdown build/tables/fsdp-reading-en.md [--lang es]
 
 How a note finds its line. An :class:`~minigpt.fsdp.annotations.Annotation` names a module, a
 function inside it and an anchor, a few tokens of one line. :func:`locate` imports the module,
@@ -17,36 +21,22 @@ two matches (the anchor is no longer distinctive) or a missing module or functio
 :class:`AnchorError`, whose message names the note, the function, the anchor and the torch
 version. That is the whole guard against the reading rotting silently on an upgrade.
 
-What is shown. For each function: its signature and a few lines around every anchored line (the
-whole function when it is short), with the file's own line numbers, and the notes numbered in
-reading order. The terminal version marks the anchored line with ``◀ [n]``; the Markdown version
-(for the site) is a fenced ``python`` block per excerpt with ``linenums`` set to the first line
-shown and ``hl_lines`` on the anchored lines (pymdownx.highlight), followed by the notes.
-
 Nothing of torch is stored in this repository: every line shown is read from the installed
 package at the moment it is shown.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.metadata
 import inspect
-import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigpt import cli
 from minigpt.fsdp.annotations import ANNOTATIONS, SECTIONS, Annotation, Section
-from minigpt.lang import LANGS, tr
 
-TERMINAL_CONTEXT = 3  # lines shown above and below an anchored line in the terminal
-MARKDOWN_CONTEXT = 5  # the same on the site, where a highlighted line is easier to find
 WHOLE_FUNCTION_LINES = 32  # a function this short is shown whole
 MAX_SIGNATURE_LINES = 8  # how far to look for the end of a ``def`` that spans several lines
-NOTE_WIDTH = 100  # terminal wrap width of the notes and introductions
 
 
 class AnchorError(ValueError):
@@ -197,15 +187,15 @@ def group_by_function(located: list[Located]) -> list[list[Located]]:
     return [sorted(group, key=lambda loc: loc.line) for group in groups]
 
 
-def _torch_relative(path: Path) -> str:
+def torch_relative(path: Path) -> str:
     """``torch/distributed/fsdp/...`` for a file inside the installed torch."""
     try:
-        return path.resolve().relative_to(_torch_dir().parent).as_posix()
+        return path.resolve().relative_to(torch_dir().parent).as_posix()
     except ValueError:
         return str(path)
 
 
-def _torch_dir() -> Path:
+def torch_dir() -> Path:
     import torch
 
     return Path(torch.__file__).resolve().parent
@@ -225,182 +215,3 @@ def select(section: str | None = None, key: str | None = None) -> list[tuple[Sec
         if notes:
             chosen.append((sec, notes))
     return chosen
-
-
-# --- the terminal -----------------------------------------------------------------------------
-
-
-def _wrap(text: str, indent: str, width: int = NOTE_WIDTH) -> list[str]:
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False)
-
-
-def render_terminal(lang: str = "en", section: str | None = None, key: str | None = None) -> str:
-    """The annotated reading as plain text for a terminal."""
-    chosen = select(section, key)
-    out = [
-        tr(lang, "FSDP prefetch in the installed PyTorch, annotated",
-           "La precarga de FSDP en el PyTorch instalado, anotada"),
-        f"torch {torch_version()} · {_torch_dir()}",
-        tr(lang, "Every source line below is read from the installed files now; the line numbers are theirs.",
-           "Cada línea de código de abajo se lee ahora de los archivos instalados; "
-           "los números de línea son los suyos."),
-        "",
-    ]
-    for sec, notes in chosen:
-        index = [s.name for s in SECTIONS].index(sec.name) + 1
-        title = f"{index}. {sec.title(lang)}  [{sec.name}]"
-        out += ["=" * len(title), title, "=" * len(title)]
-        if key is None:
-            out += _wrap(sec.intro(lang), "") + [""]
-        for group in group_by_function(notes):
-            out += _render_terminal_excerpt(group, lang)
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _render_terminal_excerpt(group: list[Located], lang: str) -> list[str]:
-    fn = group[0]
-    where = f"{_torch_relative(fn.path)}:{fn.first_line}-{fn.last_line}"
-    header = f"--- {fn.annotation.qualname}  ({where}) "
-    out = [header + "-" * max(3, NOTE_WIDTH - len(header)), ""]
-    markers = {}
-    for loc in group:
-        markers[loc.line] = markers.get(loc.line, "") + f" [{loc.number}]"
-    windows = excerpt_windows(group, TERMINAL_CONTEXT, with_signature=True)
-    for i, (first, last) in enumerate(windows):
-        if i > 0 or first > fn.first_line:
-            out.append("      ...")
-        for n in range(first, last + 1):
-            text = fn.text(n)
-            mark = f"   ◀{markers[n]}" if n in markers else ""
-            out.append(f"{n:>5} │ {text}{mark}")
-    if windows[-1][1] < fn.last_line:
-        out.append("      ...")
-    out.append("")
-    for loc in group:
-        out.append(f"  [{loc.number}] {loc.annotation.key} · {tr(lang, 'line', 'línea')} {loc.line}")
-        out += _wrap(loc.annotation.note(lang), "      ")
-        out.append("")
-    return out
-
-
-# --- the site ---------------------------------------------------------------------------------
-
-
-def render_markdown(lang: str = "en", section: str | None = None, key: str | None = None,
-                    heading_level: int = 3) -> str:
-    """The annotated reading as a Markdown fragment for the site (mkdocs-material with
-    pymdownx.highlight and superfences): a heading per section, then per function a bold title,
-    one fenced block per excerpt (``linenums`` = its first file line, ``hl_lines`` = the
-    anchored lines, counted from 1 inside the block) and the notes in ``lang``."""
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
-    hashes = "#" * heading_level
-    out = [
-        tr(lang,
-           f"*Source: PyTorch {torch_version()}, read from the installed package when this page was built; "
-           "the line numbers are those of its files.*",
-           f"*Código: PyTorch {torch_version()}, leído del paquete instalado al construir esta página; "
-           "los números de línea son los de sus archivos.*"),
-        "",
-    ]
-    for sec, notes in select(section, key):
-        out += [f"{hashes} {sec.title(lang)} {{ #reading-{sec.name} }}", "", sec.intro(lang), ""]
-        for group in group_by_function(notes):
-            out += _render_markdown_excerpt(group, lang)
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _render_markdown_excerpt(group: list[Located], lang: str) -> list[str]:
-    fn = group[0]
-    windows = excerpt_windows(group, MARKDOWN_CONTEXT, with_signature=False)
-    anchored = {loc.line for loc in group}
-    lines_word = tr(lang, "lines", "líneas")
-    out = [f"**`{fn.annotation.qualname}`** · `{_torch_relative(fn.path)}`, "
-           f"{lines_word} {fn.first_line}–{fn.last_line}", ""]
-    for first, last in windows:
-        shown = [fn.text(n) for n in range(first, last + 1)]
-        fence = "````" if any("```" in text for text in shown) else "```"
-        # hl_lines counts from 1 inside the block, whatever the block's linenums start is
-        highlighted = " ".join(str(n - first + 1) for n in range(first, last + 1) if n in anchored)
-        options = f'linenums="{first}"' + (f' hl_lines="{highlighted}"' if highlighted else "")
-        out.append(f'{fence}python {options} title="{fn.path.name}"')
-        out += shown
-        out += [fence, ""]
-    line_word = tr(lang, "line", "línea")
-    for loc in group:
-        out.append(f"- **[{loc.number}]** {line_word} {loc.line}: {loc.annotation.note(lang)}")
-    out.append("")
-    return out
-
-
-# --- command line -----------------------------------------------------------------------------
-
-
-def render_list() -> str:
-    """Sections and keys, without importing torch."""
-    out = []
-    number = 0
-    for sec in SECTIONS:
-        out.append(f"{sec.name}: {sec.title_en}")
-        for a in sec.annotations:
-            number += 1
-            out.append(f"  [{number}] {a.key}  ({a.qualname})")
-    return "\n".join(out) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigpt.fsdp.reading",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--lang", choices=LANGS, default="en", help="language of the notes (default: en)")
-    only = parser.add_mutually_exclusive_group()
-    only.add_argument("--section", metavar="NAME", help="show one section (see --list)")
-    only.add_argument("--key", metavar="KEY", help="show one note (see --list)")
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--list", action="store_true", help="list sections and note keys")
-    action.add_argument("--check", action="store_true",
-                        help="check that every anchor is found exactly once in the installed torch")
-    action.add_argument("--markdown", metavar="PATH", type=Path,
-                        help="write the site's Markdown fragment (in --lang) to PATH")
-    args = parser.parse_args(argv)
-
-    section_names = [s.name for s in SECTIONS]
-    if args.section is not None and args.section not in section_names:
-        parser.error(f"--section {args.section!r} is not a section; choose from: {', '.join(section_names)}")
-    keys = [a.key for a in ANNOTATIONS]
-    if args.key is not None and args.key not in keys:
-        parser.error(f"--key {args.key!r} is not a note key; choose from: {', '.join(keys)}")
-    if args.markdown is not None:
-        try:
-            cli.output_file(args.markdown, "--markdown")
-        except cli.BadInput as exc:
-            return cli.refuse(parser.prog, str(exc))
-
-    if args.list:
-        sys.stdout.write(render_list())
-        return 0
-    if args.check:
-        problems = check_anchors(ANNOTATIONS)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print(f"{len(problems)} of {len(ANNOTATIONS)} anchors are broken", file=sys.stderr)
-            return 1
-        print(f"OK: all {len(ANNOTATIONS)} anchors found, each on exactly one line, in torch {torch_version()}")
-        return 0
-    try:
-        if args.markdown is not None:
-            text = render_markdown(args.lang, args.section, args.key)
-            args.markdown.parent.mkdir(parents=True, exist_ok=True)
-            args.markdown.write_text(text, encoding="utf-8")
-            print(f"wrote {args.markdown}")
-        else:
-            sys.stdout.write(render_terminal(args.lang, args.section, args.key))
-    except AnchorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,11 +29,18 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from minigpt.dist import equivalence
-from minigpt.dist.launch import DistContext
 from minigpt.fsdp.memory import PeakMemory, local_tensor
-from minigpt.fsdp.practice import (forward_backward, full_gradients, optimizer_step, probe_logits,
-                                   sharded_model, step, unsharded)
+from minigpt.fsdp.practice import (
+    forward_backward,
+    full_gradients,
+    optimizer_step,
+    probe_logits,
+    sharded_model,
+    step,
+    unsharded,
+)
+from minigpt.parallel import equivalence
+from minigpt.parallel.launch import DistContext
 from minigpt.train import TrainConfig, build_model, build_optimizer
 
 

@@ -25,7 +25,7 @@ What is recorded, per rank and per step:
 
 Definitions used in the lab's report:
 
-* **Bytes per rank** is counted as Lab 01 counts a ring (:mod:`minigpt.dist.ring`): the bytes this
+* **Bytes per rank** is counted as Lab 01 counts a ring (:mod:`minigpt.parallel.ring`): the bytes this
   rank *sends*. A ring all-gather of a full buffer of S elements sends every chunk but one,
   (N-1)/N * S; a reduce-scatter the same; an all-reduce both. The raw input and output sizes are
   kept too: FSDP pads each parameter's first dimension to a multiple of N (FSDP2) or the unit's
@@ -59,7 +59,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist.ring import chunk_bounds
+from minigpt.parallel.ring import chunk_bounds
 
 # torch.distributed function -> (kind, its input argument, its output argument)
 TRACED_COLLECTIVES = {
@@ -76,7 +76,7 @@ FSDP1_WRAPPED = "_fsdp_wrapped_module."  # the prefix FullyShardedDataParallel p
 
 def ring_bytes_sent(kind: str, full_numel: int, element_size: int, world_size: int, rank: int) -> int:
     """Bytes rank ``rank`` sends when a ring runs ``kind`` on a full buffer of ``full_numel``
-    elements (chunks as :func:`minigpt.dist.ring.chunk_bounds` cuts them)."""
+    elements (chunks as :func:`minigpt.parallel.ring.chunk_bounds` cuts them)."""
     chunks = [stop - start for start, stop in chunk_bounds(full_numel, world_size)]
     reduce_scatter = full_numel - chunks[rank]                    # every chunk but its own
     all_gather = full_numel - chunks[(rank + 1) % world_size]     # every chunk but its right neighbour's
@@ -357,8 +357,7 @@ class FSDPTracer:
         self._replace(FSDPParamGroup, "_prefetch_unshard", staticmethod(traced_prefetch))
 
     def _install_fsdp1_wrappers(self) -> None:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp import _runtime_utils
+        from torch.distributed.fsdp import FullyShardedDataParallel, _runtime_utils
 
         for name, module in self.model.named_modules():
             if isinstance(module, FullyShardedDataParallel) and module._handle is not None:

@@ -10,7 +10,7 @@
 * :func:`wrap`, :func:`sharded_optimizer`, :func:`clip_gradients`: MiniGPT wrapped, its AdamW over
   the shards, and gradient clipping by the global norm, for either API.
 
-:mod:`minigpt.fsdp.prefetch_lab` runs them.
+:mod:`minigpt.runners.lab03_fsdp_prefetch` runs them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The arithmetic of distributed training, as small pure functions.
 
-Every number the theory pages print comes from here (through :mod:`minigpt.tables`), so a
+Every number the theory pages print comes from here (through :mod:`minigpt.pages.theory`), so a
 formula is written once, tested once, and reused by the labs. No torch: plain Python only.
 
 Units. Memory is in bytes; ``GB`` is the ZeRO paper's gigabyte, 10**9 bytes. A model has
@@ -26,9 +26,9 @@ Sections, top to bottom:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Sequence
 
 GB = 10**9  # the ZeRO paper's gigabyte
 ADAM_K = 12  # bytes of optimizer state per parameter for mixed-precision Adam: fp32 copy, m, v

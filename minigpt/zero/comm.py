@@ -27,8 +27,8 @@ shard it, so it can be held against bytes counted on real runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from minigpt.zero import analytic as za
 from minigpt.zero.memory import _check_psi, _check_stage, recipe

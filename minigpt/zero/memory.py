@@ -20,7 +20,7 @@ states only). This module widens it to what a learner meets in practice:
   the tool a learner would otherwise use.
 
 Everything is in bytes, per device. No torch, no numpy needed: the command line
-(``python -m minigpt.zero memory ...``) answers at once.
+(``python lab/02_zero.py memory ...``) answers at once.
 """
 
 from __future__ import annotations

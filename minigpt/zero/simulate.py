@@ -4,7 +4,7 @@ Every worker is a :class:`Worker`: a ledger of the arrays it holds (by name and 
 gradients, optimizer state, working buffers, activations), so its memory is *measured* from what
 it really holds at each moment, not computed. The workers talk only through the ring
 collectives of :class:`Cluster`, which move real chunks of real arrays from each worker to its
-right neighbour, in the same order as Lab 01's ``minigpt/dist/ring.py``, and count the bytes each
+right neighbour, in the same order as Lab 01's ``minigpt/parallel/ring.py``, and count the bytes each
 worker sends.
 
 Layout. Each unit (a layer: W and b, flattened) is padded to a multiple of N and cut into N equal
@@ -27,8 +27,8 @@ stage ends with bit-identical weights (``tests/test_lab02_sim.py`` checks it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -135,14 +135,14 @@ class Cluster:
         """Ring reduce-scatter of unit ``unit``'s buffers, in place: afterwards worker r's chunk r
         holds the sum over the workers (the other chunks hold partial sums)."""
         for step in range(self.n - 1):
-            self._exchange(buffers, lambda r: r - step - 1, np.ndarray.__iadd__, unit)
+            self._exchange(buffers, lambda r, step=step: r - step - 1, np.ndarray.__iadd__, unit)
 
     def all_gather(self, buffers: list[np.ndarray], unit: int) -> None:
         """Ring all-gather: worker r brings chunk r; afterwards every worker has every chunk."""
         def store(dst: np.ndarray, src: np.ndarray) -> None:
             dst[...] = src
         for step in range(self.n - 1):
-            self._exchange(buffers, lambda r: r - step, store, unit)
+            self._exchange(buffers, lambda r, step=step: r - step, store, unit)
 
     def all_reduce(self, buffers: list[np.ndarray], unit: int) -> None:
         self.reduce_scatter(buffers, unit)

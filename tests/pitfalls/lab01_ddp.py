@@ -12,8 +12,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist.ddp import Bucket, BucketedDDP as _Reference, _Pending, assign_buckets  # noqa: F401
-from minigpt.dist.ring import COUNTER, ByteCounter, exchange, ring_position
+from minigpt.parallel.ddp import Bucket, _Pending, assign_buckets  # noqa: F401
+from minigpt.parallel.ddp import BucketedDDP as _Reference
+from minigpt.parallel.ring import COUNTER, ByteCounter, exchange, ring_position
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,

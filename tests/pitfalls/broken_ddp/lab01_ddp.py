@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from minigpt.dist.ddp import BucketedDDP as _Reference
-from minigpt.dist.ring import ring_all_reduce  # noqa: F401  (correct: this folder is about the DDP)
+from minigpt.parallel.ddp import BucketedDDP as _Reference
+from minigpt.parallel.ring import ring_all_reduce  # noqa: F401  (correct: this folder is about the DDP)
 
 
 def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:

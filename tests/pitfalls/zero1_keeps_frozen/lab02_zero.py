@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from minigpt.dist.zero1 import ZeroOneOptimizer as _Reference
+from minigpt.parallel.zero1 import ZeroOneOptimizer as _Reference
 from minigpt.zero.comm import step_collectives  # noqa: F401
 from minigpt.zero.memory import device_memory  # noqa: F401
 from minigpt.zero.simulate import zero2_step  # noqa: F401

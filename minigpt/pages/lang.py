@@ -2,7 +2,7 @@
 
 English: "1,234,567.5", "27.3%". Spanish: "1 234 567,5" (a space between thousands, none in a
 four-digit integer), "27,3 %". Sizes in decimal units, as the ZeRO paper counts them: 1 GB is
-10^9 bytes. Used by :mod:`minigpt.tables` and :mod:`minigpt.figures`.
+10^9 bytes. Used by every module of :mod:`minigpt.pages`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minigpt.lang import num, sci, tr, write_tables
+from minigpt.pages.lang import num, sci, tr, write_tables
 
 NAMES = {"ddp": ("Lab 01 DDP (ring)", "DDP del lab 01 (anillo)"),
          "zero1": ("ZeRO-1 optimizer", "optimizador ZeRO-1"),

@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", metavar="JSON", help="only write the tables of an existing result")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one check may take")
     args = p.parse_args(argv)
-    from minigpt.dist import kernel_sets_tables
+    from minigpt.pages import lab01_check
 
     try:
         if args.render:
             source = cli.input_file(args.render, "--render")
-            for path in kernel_sets_tables.render(source):
+            for path in lab01_check.render(source):
                 print(f"wrote {path}")
             return 0
         names = [n.strip() for n in args.kernel_sets.split(",") if n.strip()]
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
               "cpu_model": cpu_model(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     path = cli.make_parents(out / f"01-kernel-sets-{args.config}-cpu.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
-    for written in [path, *kernel_sets_tables.render(path)]:
+    for written in [path, *lab01_check.render(path)]:
         print(f"wrote {written}")
     return 0
 

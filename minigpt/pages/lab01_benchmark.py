@@ -10,7 +10,7 @@ import json
 import statistics
 from pathlib import Path
 
-from minigpt.lang import LANGS
+from minigpt.pages.lang import LANGS
 
 LABELS = {
     "en": {"variant": "variant", "median": "median step (ms)", "ratio": "vs PyTorch DDP (median of rounds)",

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.fsdp.practice_tables import DEMOS, TABLES, render, table_load
+from minigpt.pages.lab03_practice import DEMOS, TABLES, render, table_load
 
 PROG = "lab/03_fsdp_practice.py"
 SCRIPT = Path(__file__).resolve().parent.parent.parent / PROG  # the lab script, started again for the world-1 load
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in render(Path(args.render)):
             print(f"wrote {path}")
         return 0
-    from minigpt.dist import launch
+    from minigpt.parallel import launch
 
     if args.load_resharded:
         return load_half(args)
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
     import torch
 
-    from minigpt.dist import launch
     from minigpt.fsdp import practice, sharded_state
+    from minigpt.parallel import launch
     from minigpt.train import TrainConfig
 
     cfg = TrainConfig(seed=args.seed, batch_size=args.batch_size, steps=max(50, 2 * args.steps))
@@ -166,11 +166,11 @@ def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
 
 def load_half(args: argparse.Namespace) -> int:
     """The world-1 half: read the sharded checkpoint, compare, print, write DIR/load-report.json."""
-    from minigpt.dist import launch
-    from minigpt.fsdp import sharded_state
-    from minigpt.train import TrainConfig
-
     import torch
+
+    from minigpt.fsdp import sharded_state
+    from minigpt.parallel import launch
+    from minigpt.train import TrainConfig
 
     torch.set_num_threads(1)  # the kernels the saving ranks ran (torchrun gives each rank one thread)
     ctx = launch.init(args.timeout)

@@ -24,7 +24,7 @@ What happens, per parameter group:
    ``param.grad`` is a view of a flat gradient buffer that backward accumulates into in place. No
    copy is ever made, so the model states cost exactly 4Ψ (weights) + 4Ψ (gradients) + 8Ψ/N
    (Adam's m and v, for this rank's shard only) in fp32, which is what Lab 02's model predicts.
-2. The flat buffer is cut into N chunks with :func:`minigpt.dist.ring.chunk_bounds`; rank r owns
+2. The flat buffer is cut into N chunks with :func:`minigpt.parallel.ring.chunk_bounds`; rank r owns
    chunk r. Where a parameter overlaps chunk r, its *piece* (a view of the flat buffer) is a
    parameter of the inner optimizer (an ``optimizer_class`` instance), whose state is therefore
    1/N of the usual. One piece per parameter, not one per chunk, so that a parameter's piece can
@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist import ring
+from minigpt.parallel import ring
 
 
 def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:

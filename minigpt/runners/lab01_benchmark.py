@@ -11,16 +11,16 @@ ratios over ``--repeats`` rounds, with their range.
 
 1. **MiniGPT** at the lab's cap (0.5 MiB): one process on the whole batch, a naive DDP (one
    blocking all-reduce per gradient after backward), the hand-rolled
-   :class:`~minigpt.dist.ddp.BucketedDDP` and PyTorch's ``DistributedDataParallel``; then a
+   :class:`~minigpt.parallel.ddp.BucketedDDP` and PyTorch's ``DistributedDataParallel``; then a
    bucket-cap sweep of the hand-rolled DDP, and the timeline of one step.
 2. **Other models** (:data:`SHAPES`: MiniGPT, a deep MLP stack, a wide shallow MLP, many small
    layers), each at every cap in :data:`CAPS_MB`: the hand-rolled DDP against PyTorch's.
-3. **What each choice bought**: the versions of :mod:`minigpt.dist.ddp_steps`, from the course's
+3. **What each choice bought**: the versions of :mod:`minigpt.parallel.ddp_steps`, from the course's
    first DDP to the reference, each against PyTorch's DDP, on every shape at 1 MiB.
 
 Results go to ``<out>/01-benchmark-<device>.json``; ``--render FILE.json`` turns a JSON into the
 tables (English and Spanish Markdown) and the timeline figures the lab page includes, without
-re-measuring (:mod:`minigpt.dist.benchmark_tables`).
+re-measuring (:mod:`minigpt.pages.lab01_benchmark`).
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from minigpt import cli, grammar
-from minigpt.dist import launch
-from minigpt.dist.ddp import BucketedDDP
-from minigpt.dist.ddp_steps import VERSIONS
+from minigpt.parallel import launch
+from minigpt.parallel.ddp import BucketedDDP
+from minigpt.parallel.ddp_steps import VERSIONS, NaiveDDP
 from minigpt.train import TrainConfig, build_model, build_optimizer
 
 PROG = "lab/01_benchmark.py"
@@ -102,26 +102,6 @@ SHAPES: dict[str, Shape] = {
 
 # ----------------------------------------------------------------------------------------------
 # Contenders and the interleaved timer
-
-
-class NaiveDDP(nn.Module):
-    """The baseline DDP improves on: after backward, one blocking all-reduce per gradient."""
-
-    def __init__(self, module: nn.Module):
-        super().__init__()
-        self.module = module
-        for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor.data, src=0)
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
-    def synchronise(self) -> None:
-        world = dist.get_world_size()
-        for p in self.module.parameters():
-            if p.grad is not None:
-                p.grad.div_(world)
-                dist.all_reduce(p.grad)
 
 
 class Contender:
@@ -267,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="out", help="folder for 01-benchmark-<device>.json and its renders")
     p.add_argument("--render", metavar="JSON", help="only render an existing result (no measuring)")
     args = p.parse_args(argv)
-    from minigpt.dist.benchmark_tables import render
+    from minigpt.pages.lab01_benchmark import render
 
     try:
         if args.render:

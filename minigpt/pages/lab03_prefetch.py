@@ -17,7 +17,7 @@ import json
 from collections import defaultdict, deque
 from pathlib import Path
 
-from minigpt.lang import num, sci, tr
+from minigpt.pages.lang import num, sci, tr
 
 COLOURS = {"forward": "#5c6bc0", "backward": "#8e24aa", "all-gather": "#ffb74d", "all-gather blocked": "#e65100",
            "reduce-scatter": "#81c784", "reduce-scatter blocked": "#1b5e20"}

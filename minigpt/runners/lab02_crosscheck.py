@@ -6,7 +6,7 @@ Three real ways to train the same MiniGPT, each for ``--steps`` steps from the s
 
 * ``ddp``   Lab 01's hand-rolled bucketed DDP, on its hand-written ring (so the bytes are the
             bytes really passed to send/recv) + AdamW: ZeRO stage 0;
-* ``zero1`` :class:`minigpt.dist.zero1.ZeroOneOptimizer` wrapping AdamW, no DDP: stage 1;
+* ``zero1`` :class:`minigpt.parallel.zero1.ZeroOneOptimizer` wrapping AdamW, no DDP: stage 1;
 * ``fsdp2`` PyTorch's ``fully_shard`` on every block and on the root + AdamW: stage 3.
 
 For each, every rank measures, per step: the bytes it sent (DDP and ZeRO-1: counted by the ring;
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from minigpt import cli
-from minigpt.dist import equivalence, launch
+from minigpt.parallel import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
 
@@ -66,11 +66,11 @@ def zero1_param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
 def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
     model = build_model(cfg).to(ctx.device)
     if name == "ddp":
-        from minigpt.dist.ddp import BucketedDDP
+        from minigpt.parallel.ddp import BucketedDDP
         wrapped = BucketedDDP(model, bucket_cap_mb=0.5, collective="ring")
         return Run(name, model, wrapped, build_optimizer(model, cfg))
     if name == "zero1":
-        from minigpt.dist.zero1 import ZeroOneOptimizer
+        from minigpt.parallel.zero1 import ZeroOneOptimizer
         optimizer = ZeroOneOptimizer(zero1_param_groups(model, cfg), torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.95))
         return Run(name, model, model, optimizer)
     from torch.distributed.fsdp import fully_shard
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.render:
-            from minigpt.dist.crosscheck_tables import render_files
+            from minigpt.pages.lab02_crosscheck import render_files
             for path in render_files(cli.input_file(args.render, "--render")):
                 print(f"wrote {path}")
             return 0
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                                    for k, r in results.items()})
     report["per_rank"] = every
     if ctx.is_main:
-        from minigpt.dist.crosscheck_tables import console_table
+        from minigpt.pages.lab02_crosscheck import console_table
         print(console_table(report))
         if args.report:
             launch.write_report(args.report, report)

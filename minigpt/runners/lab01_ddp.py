@@ -10,8 +10,8 @@ GPU. Only rank 0 prints progress; errors name their rank; a peer that dies ends 
 
 ``--check`` trains three data-parallel variants in lockstep from the same weights: the bucketed
 DDP with ``torch.distributed.all_reduce`` ("bucketed"), the same with the ring collectives of
-:mod:`minigpt.dist.ring` ("ring"), and PyTorch's own ``DistributedDataParallel`` ("torch-ddp").
-After every step it measures, for each (see :mod:`minigpt.dist.equivalence`): the step drift
+:mod:`minigpt.parallel.ring` ("ring"), and PyTorch's own ``DistributedDataParallel`` ("torch-ddp").
+After every step it measures, for each (see :mod:`minigpt.parallel.equivalence`): the step drift
 against one process taking the same step from the same state on the whole batch (criterion:
 <= 1e-5) and against one process accumulating the same micro-batches (criterion: <= 1e-5; on two
 ranks it must even be bit-identical), the trajectory drift against an independent single-process
@@ -33,11 +33,11 @@ import torch
 import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
-from minigpt.dist import equivalence, launch
+from minigpt.parallel import equivalence, launch
 from minigpt.train import DTYPES, OPTIMIZERS, TrainConfig, build_model, build_optimizer, train_step, validate
 
 VARIANTS = ("bucketed", "ring", "torch-ddp")
-# what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.dist.kernel_sets)
+# what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.runners.lab01_kernel_sets)
 KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 4 buckets
 PROG = "lab/01_ddp.py"

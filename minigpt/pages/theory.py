@@ -1,29 +1,18 @@
-"""The tables and figures of the theory pages, generated from the code.
+"""The tables of the theory pages, generated from the code, in English and Spanish.
 
 Every number a theory page shows in a table is computed here from :mod:`minigpt.zero.analytic`
-(and, for MiniGPT, from the real model and trainer), in English and Spanish; the plots are drawn
-by :mod:`minigpt.figures`. The two registries:
-
-* ``TABLES``: name -> ``function(lang) -> str``, a Markdown table with headers in that language
-  and numbers written its way ("1,024.5" / "1024,5", "27.3%" / "27,3 %");
-* ``FIGURES``: name -> ``function(png_path, lang)``, a matplotlib plot (Agg backend) labelled in
-  that language.
-
-``python -m minigpt.tables`` writes ``build/tables/<name>-<lang>.md`` and
-``docs/figures/<name>-<lang>.png`` for both languages. A page includes a table with the line
-``--8<-- "build/tables/<name>-en.md"`` and a figure with ``![...](../figures/<name>-en.png)``.
+(and, for MiniGPT, from the real model and trainer). Each function takes a language and returns a
+Markdown table with headers in that language and numbers written its way ("1,024.5" / "1024,5",
+"27.3%" / "27,3 %"). :data:`minigpt.pages.site.TABLES` registers them and ``python -m
+minigpt.pages`` writes them to ``build/tables/<name>-<lang>.md``; the theory pages' figures are
+drawn by :mod:`minigpt.pages.figures`.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from functools import lru_cache
-from pathlib import Path
-from typing import Callable
 
-from minigpt import cli, figures, tables_lab02
-from minigpt.lang import LANGS, localize, num, pct, sci, size, tr
+from minigpt.pages.lang import localize, num, pct, sci, size, tr
 from minigpt.zero import analytic as za
 
 TFLOP = 10**12
@@ -350,86 +339,3 @@ def grad_norm_shards(lang: str) -> str:
     rows.append([tr(lang, "**all-reduce**", "**all-reduce**"),
                  f"**{num(total, lang, 2)}**", f"**{num(total * total, lang, 2)}**", "", ""])
     return markdown_table(headers, rows)
-
-
-# --- the registries and the command line ------------------------------------------------------
-
-TABLES: dict[str, Callable[[str], str]] = {
-    "memory-per-parameter": memory_per_parameter,
-    "activations-vs-sequence": activations_vs_sequence,
-    "training-time": training_time,
-    "ring-allreduce": ring_allreduce,
-    "zero-memory": zero_memory,
-    "zero-stages": zero_stages,
-    "pipeline-bubble": pipeline_bubble,
-    "hsdp-layouts": hsdp_layouts,
-    "hsdp-groups": hsdp_groups,
-    "activation-recompute": activation_recompute,
-    "batch-lr-scaling": batch_lr_scaling,
-    "fsdp-memory": fsdp_memory,
-    "checkpoint-sizes": checkpoint_sizes,
-    "grad-norm-shards": grad_norm_shards,
-}
-
-TABLES.update(tables_lab02.TABLES)  # Lab 02's page
-
-
-def fsdp_reading(lang: str) -> str:
-    """Lab 03's annotated reading: the real source of the installed torch, with the notes."""
-    from minigpt.fsdp.reading import render_markdown
-
-    return render_markdown(lang)
-
-
-# Page fragments that are not tables, written beside them (build/tables/<name>-<lang>.md).
-FRAGMENTS: dict[str, Callable[[str], str]] = {"fsdp-reading": fsdp_reading}  # Lab 03's page
-
-FIGURES: dict[str, Callable[[Path, str], None]] = {
-    "zero-memory-per-device": figures.plot_zero_memory,
-    "ring-traffic": figures.plot_ring_traffic,
-    "pipeline-schedule": figures.plot_pipeline_schedule,
-    "zero-comm-per-step": figures.plot_zero_comm,
-    "hsdp-tradeoff": figures.plot_hsdp_tradeoff,
-    "zero-sim-timeline": figures.plot_sim_timeline,
-}
-
-
-def write_all(tables_dir: Path, figures_dir: Path | None) -> list[Path]:
-    """Write every table (and figure, unless ``figures_dir`` is None) in both languages."""
-    written = []
-    tables_dir.mkdir(parents=True, exist_ok=True)
-    for name, make in {**TABLES, **FRAGMENTS}.items():
-        for lang in LANGS:
-            path = tables_dir / f"{name}-{lang}.md"
-            path.write_text(make(lang), encoding="utf-8")
-            written.append(path)
-    if figures_dir is not None:
-        for name, draw in FIGURES.items():
-            for lang in LANGS:
-                path = figures_dir / f"{name}-{lang}.png"
-                draw(path, lang)
-                written.append(path)
-    return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigpt.tables", description=__doc__.splitlines()[0])
-    parser.add_argument("--tables-dir", type=Path, default=Path("build/tables"),
-                        help="where the Markdown tables go (default: build/tables)")
-    parser.add_argument("--figures-dir", type=Path, default=Path("docs/figures"),
-                        help="where the PNG figures go (default: docs/figures)")
-    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
-    args = parser.parse_args(argv)
-    try:
-        cli.output_dir(args.tables_dir, "--tables-dir")
-        if not args.no_figures:
-            cli.output_dir(args.figures_dir, "--figures-dir")
-    except cli.BadInput as exc:
-        return cli.refuse(parser.prog, str(exc))
-    for path in write_all(args.tables_dir, None if args.no_figures else args.figures_dir):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

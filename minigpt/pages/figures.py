@@ -1,14 +1,14 @@
 """The figures of the theory pages and of Lab 02, drawn from the code (matplotlib, Agg backend).
 
-Each function takes the PNG path and the language of its labels; :data:`minigpt.tables.FIGURES`
-registers them and ``python -m minigpt.tables`` draws them into ``docs/figures/<name>-<lang>.png``.
+Each function takes the PNG path and the language of its labels; :data:`minigpt.pages.site.FIGURES`
+registers them and ``python -m minigpt.pages`` draws them into ``docs/figures/<name>-<lang>.png``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from minigpt.lang import pct, tr
+from minigpt.pages.lang import pct, tr
 from minigpt.zero import analytic as za
 from minigpt.zero import pipeline
 

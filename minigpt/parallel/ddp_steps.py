@@ -1,7 +1,7 @@
 """The hand-rolled DDP built up one choice at a time: the versions Lab 01's benchmark holds against
 PyTorch's DDP, so that the page can say what each choice bought.
 
-:class:`~minigpt.dist.ddp.BucketedDDP` makes three choices that the first version of this
+:class:`~minigpt.parallel.ddp.BucketedDDP` makes three choices that the first version of this
 course's DDP did not. Each class here undoes one more of them:
 
 ==============  ===================================================================================
@@ -20,15 +20,18 @@ BeforeTheCap    ... and closes a bucket *before* it would pass the cap, so a sma
                 that does not fit goes in a bucket of its own: twice the messages for an MLP
 ==============  ===================================================================================
 
-``BeforeTheCap`` is the course's first version, as it was measured.
+``BeforeTheCap`` is the course's first version, as it was measured. Below them all,
+:class:`NaiveDDP` is the baseline every version improves on: no buckets and no overlap, one
+blocking all-reduce per gradient after backward.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist.ddp import Bucket, BucketedDDP, named_trainable_parameters
+from minigpt.parallel.ddp import Bucket, BucketedDDP, named_trainable_parameters
 
 
 class CopyBack(BucketedDDP):
@@ -79,3 +82,22 @@ VERSIONS: dict[str, type[BucketedDDP]] = {
     "+ gradients as bucket views": BucketedDDP,
 }
 
+
+class NaiveDDP(nn.Module):
+    """The baseline DDP improves on: after backward, one blocking all-reduce per gradient."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def synchronise(self) -> None:
+        world = dist.get_world_size()
+        for p in self.module.parameters():
+            if p.grad is not None:
+                p.grad.div_(world)
+                dist.all_reduce(p.grad)

@@ -63,10 +63,10 @@ import torch.distributed as dist
 from torch import nn
 
 from minigpt import cli, grammar
-from minigpt.dist import equivalence, launch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
 from minigpt.model import MiniGPT
+from minigpt.parallel import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step, validate
 
 PROG = "lab/03_fsdp_prefetch.py"
@@ -251,7 +251,7 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        from minigpt.fsdp.timeline import render
+        from minigpt.pages.lab03_prefetch import render
 
         try:
             written = render(cli.input_file(args.render, "--render"))
@@ -317,7 +317,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         "variants": results,
     }
     if ctx.is_main:
-        from minigpt.fsdp.timeline import draw_timeline, table
+        from minigpt.pages.lab03_prefetch import draw_timeline, table
 
         print(table(report, "en"), end="")
         verdict = "PASS" if passed else "FAIL"

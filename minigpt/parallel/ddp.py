@@ -32,12 +32,12 @@ network idles during backward and the CPU/GPU idles during communication. So:
 
 ``no_sync()`` skips the all-reduce for gradient accumulation; the decision is taken in
 ``forward`` (the backward of a forward run inside ``no_sync`` never synchronises), as in PyTorch.
-With ``collective="ring"`` the buckets are reduced by :func:`minigpt.dist.ring.ring_all_reduce`
+With ``collective="ring"`` the buckets are reduced by :func:`minigpt.parallel.ring.ring_all_reduce`
 on a background thread instead of ``torch.distributed.all_reduce``.
 
 Lab 01's page measures what each of the three choices (buckets closed at the cap, one call per
 bucket, gradients as views) buys, one at a time, against PyTorch's DDP
-(:mod:`minigpt.dist.ddp_steps`).
+(:mod:`minigpt.parallel.ddp_steps`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.dist import ring
+from minigpt.parallel import ring
 
 COLLECTIVES = ("torch", "ring")
 

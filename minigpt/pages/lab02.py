@@ -1,13 +1,13 @@
 """The generated tables of Lab 02's page (``lab/02-zero-simulator.md``), in English and Spanish.
 
-Registered in :data:`minigpt.tables.TABLES`, so ``python -m minigpt.tables`` (and ``make docs``)
+Registered in :data:`minigpt.pages.site.TABLES`, so ``python -m minigpt.pages`` (and ``make docs``)
 writes them to ``build/tables/<name>-<lang>.md`` like the theory pages' tables. Everything here
 comes from :mod:`minigpt.zero` (numpy only).
 """
 
 from __future__ import annotations
 
-from minigpt.lang import localize, num, tr
+from minigpt.pages.lang import localize, num, tr
 from minigpt.zero import analytic as za
 from minigpt.zero import comm, memory, mlp, simulate
 

@@ -1,12 +1,12 @@
 """The tables (Markdown, English and Spanish) and figures of Lab 03's "FSDP in practice", from the
-report :mod:`minigpt.fsdp.practice_lab` writes (``python lab/03_fsdp_practice.py --render JSON``)."""
+report :mod:`minigpt.runners.lab03_fsdp_practice` writes (``python lab/03_fsdp_practice.py --render JSON``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from minigpt.lang import num, sci
+from minigpt.pages.lang import num, sci
 
 DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "clipping", "diagnostics")
 

@@ -1,5 +1,0 @@
-import sys
-
-from minigpt.zero.cli import main
-
-sys.exit(main())
