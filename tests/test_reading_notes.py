@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.fsdp.annotations import (ANNOTATIONS, NOTES_DIR, READING, SECTIONS, NotesError, load_sections,
-                                      notes_file, parse_notes, read_notes)
+from minigpt.fsdp.annotations import (
+    ANNOTATIONS,
+    NOTES_DIR,
+    READING,
+    SECTIONS,
+    NotesError,
+    load_sections,
+    notes_file,
+    parse_notes,
+    read_notes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LANGS = ("en", "es")

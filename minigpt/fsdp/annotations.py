@@ -4,7 +4,7 @@ Not one line of torch lives here. Each :class:`Annotation` names a function of t
 torch (its module and qualified name) and an *anchor*: a few tokens that occur on exactly one
 line of that function. :mod:`minigpt.fsdp.reading` finds the line at run time, shows the real
 source around it with the file's own line numbers, and prints the note beside it. If an upgrade
-of torch renames the function or rewrites the line, ``python -m minigpt.fsdp.reading --check``
+of torch renames the function or rewrites the line, ``python lab/03_fsdp_reading.py --check``
 and ``tests/test_lab03_reading.py`` fail and name the note, so the reading cannot silently drift
 away from the code it explains.
 
@@ -346,7 +346,7 @@ def check_notes(path: Path | str, entries: list[Entry], reading: Reading = READI
             last = entries[-1]
             raise NotesError(f"{path}:{last.line}: {missing} at the end of the file, after the text of "
                              f"{last.key!r} (whose heading is this line)")
-    for (kind, key), entry in zip(expected, entries):
+    for (_, key), entry in zip(expected, entries):
         if entry.key != key:
             raise NotesError(f"{path}:{entry.line}: {entry.kind} {entry.key!r} is out of order: "
                              f"{key!r} comes here (the order of annotations.py's READING)")
