@@ -7,11 +7,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor test grade docs serve clean
+.PHONY: help install browser demo train tutor lint format test grade docs serve clean
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
-	@echo "make test    install (once; Debian's chromium too, for the browser test) and run the whole test suite"
+	@echo "make test    install (once; Debian's chromium too, for the browser test), make lint, then the whole test suite"
+	@echo "make lint    ruff check and ruff format --check, with the rules in pyproject.toml (make format fixes what it can)"
 	@echo "make grade   score your own exercises: the same suite with --impl=exercises"
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
@@ -40,7 +41,16 @@ install: $(STAMP) browser
 demo: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2 lab/01_ddp.py --check --report out/lab01.json
 
-test: install
+# ruff's rules and line length are in pyproject.toml ([tool.ruff]); `make format` applies the formatting.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: install lint
 	$(PY) -m pytest
 
 grade: $(STAMP)

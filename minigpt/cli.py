@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 
 # the --help epilog of every script started with torchrun
-TORCHRUN_EPILOG = ("Bad input stops every rank before any work, with one line: 'PROG: error: --option VALUE: "
-                   "why'. Under torchrun that line comes first, then torchrun's own failure report (a "
-                   "traceback of torchrun itself, then a box): skip to the box's last lines, 'Root Cause "
-                   "(first observed failure)', whose 'traceback :' repeats our line with the rank that "
-                   "stopped first.")
+TORCHRUN_EPILOG = (
+    "Bad input stops every rank before any work, with one line: 'PROG: error: --option VALUE: "
+    "why'. Under torchrun that line comes first, then torchrun's own failure report (a "
+    "traceback of torchrun itself, then a box): skip to the box's last lines, 'Root Cause "
+    "(first observed failure)', whose 'traceback :' repeats our line with the rank that "
+    "stopped first."
+)
 
 
 class BadInput(ValueError):
@@ -93,8 +95,10 @@ def _writable_folder(flag: str, value: str, folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise BadInput(f"{flag} {value}: the folder {folder} is not writable ({exc.strerror or exc}); "
-                       f"give a path in a folder you can write") from None
+        raise BadInput(
+            f"{flag} {value}: the folder {folder} is not writable ({exc.strerror or exc}); "
+            f"give a path in a folder you can write"
+        ) from None
 
 
 def output_file(value: str | os.PathLike, flag: str) -> Path:

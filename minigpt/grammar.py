@@ -138,8 +138,10 @@ def encode(sentence: str) -> list[int]:
         else:
             close = difflib.get_close_matches(word.lower(), list(ids), n=3)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise UnknownWordError(f"unknown word {word!r}: the tutor knows {VOCAB_SIZE - 4} "
-                                   f"word forms (minigpt.grammar.vocabulary()){hint}")
+            raise UnknownWordError(
+                f"unknown word {word!r}: the tutor knows {VOCAB_SIZE - 4} "
+                f"word forms (minigpt.grammar.vocabulary()){hint}"
+            )
     return out
 
 
@@ -312,9 +314,11 @@ def tokenized(split: str, block_size: int = 32, seed: int = 0) -> tuple[np.ndarr
     for i, ex in enumerate(examples):
         ids = [BOS_ID, *encode(ex.wrong), SEP_ID, *encode(ex.right), EOS_ID]
         if len(ids) > block_size + 1:
-            raise ValueError(f"block_size {block_size} is too short for {ex.wrong!r} "
-                             f"({len(ids)} tokens); use at least {len(ids) - 1}")
-        rows[i, :len(ids)] = ids
+            raise ValueError(
+                f"block_size {block_size} is too short for {ex.wrong!r} "
+                f"({len(ids)} tokens); use at least {len(ids) - 1}"
+            )
+        rows[i, : len(ids)] = ids
         sep_at[i] = len(ex.wrong.split()) + 1
     return rows, sep_at
 
@@ -327,8 +331,10 @@ def rank_slice(batch_size: int, rank: int, world_size: int) -> slice:
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
     if batch_size % world_size:
-        raise ValueError(f"the global batch size {batch_size} is not divisible by the world "
-                         f"size {world_size}; use a multiple of {world_size}")
+        raise ValueError(
+            f"the global batch size {batch_size} is not divisible by the world "
+            f"size {world_size}; use a multiple of {world_size}"
+        )
     per_rank = batch_size // world_size
     return slice(rank * per_rank, (rank + 1) * per_rank)
 
@@ -347,8 +353,9 @@ def batch_rows(split: str, step: int, batch_size: int, seed: int = 0, block_size
     return np.array([_epoch_order(n, int(p // n), seed)[p % n] for p in positions])
 
 
-def get_batch(split: str, step: int, batch_size: int, rank: int = 0, world_size: int = 1,
-              seed: int = 0, block_size: int = 32):
+def get_batch(
+    split: str, step: int, batch_size: int, rank: int = 0, world_size: int = 1, seed: int = 0, block_size: int = 32
+):
     """This rank's slice of the global batch of ``step``: ``(x, y, loss_mask)``, each of shape
     ``(batch_size / world_size, block_size)``. ``y`` is ``x`` shifted by one; ``loss_mask`` is
     True exactly where ``y`` is a word of the correction or the final ``<eos>``."""
@@ -366,8 +373,9 @@ def get_batch(split: str, step: int, batch_size: int, rank: int = 0, world_size:
 
 
 @torch.no_grad()
-def score(model, split: str = "test", max_sentences: int | None = None, batch_size: int = 500,
-          block_size: int = 32) -> dict:
+def score(
+    model, split: str = "test", max_sentences: int | None = None, batch_size: int = 500, block_size: int = 32
+) -> dict:
     """Exact-match correction accuracy (greedy decoding) and the masked loss on a split.
 
     ``model`` is a :class:`minigpt.model.MiniGPT` (or anything with its ``forward`` and
@@ -379,8 +387,8 @@ def score(model, split: str = "test", max_sentences: int | None = None, batch_si
     model.eval()
     loss_sum, correct = 0.0, 0
     for start in range(0, n, batch_size):
-        rows = torch.from_numpy(rows_all[start:start + batch_size][: n - start])
-        sep_at = torch.from_numpy(sep_all[start:start + batch_size][: n - start])
+        rows = torch.from_numpy(rows_all[start : start + batch_size][: n - start])
+        sep_at = torch.from_numpy(sep_all[start : start + batch_size][: n - start])
         x, y = rows[:, :-1], rows[:, 1:]
         mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
         _, loss = model(x, y, mask)
@@ -388,7 +396,7 @@ def score(model, split: str = "test", max_sentences: int | None = None, batch_si
         prompts = [row[: s + 1].tolist() for row, s in zip(rows, sep_at.tolist())]
         outputs = model.generate(prompts, eos_id=EOS_ID)
         for row, s, out in zip(rows.tolist(), sep_at.tolist(), outputs):
-            target = row[s + 1: row.index(EOS_ID, s) + 1]
+            target = row[s + 1 : row.index(EOS_ID, s) + 1]
             correct += out == target
     model.train(was_training)
     return {"loss": loss_sum / n, "accuracy": correct / n, "correct": correct, "total": n}

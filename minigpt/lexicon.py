@@ -16,9 +16,18 @@ from __future__ import annotations
 # Persons are indexed 0..5: yo, tú, él/ella/usted, nosotros, vosotros, ellos/ellas/ustedes.
 
 ES_PRONOUNS = {
-    "yo": 0, "tú": 1, "él": 2, "ella": 2, "usted": 2,
-    "nosotros": 3, "nosotras": 3, "vosotros": 4, "vosotras": 4,
-    "ellos": 5, "ellas": 5, "ustedes": 5,
+    "yo": 0,
+    "tú": 1,
+    "él": 2,
+    "ella": 2,
+    "usted": 2,
+    "nosotros": 3,
+    "nosotras": 3,
+    "vosotros": 4,
+    "vosotras": 4,
+    "ellos": 5,
+    "ellas": 5,
+    "ustedes": 5,
 }
 ES_ENDINGS = {  # (present, preterite) endings for the six persons of a regular verb
     "ar": (("o", "as", "a", "amos", "áis", "an"), ("é", "aste", "ó", "amos", "asteis", "aron")),
@@ -27,74 +36,174 @@ ES_ENDINGS = {  # (present, preterite) endings for the six persons of a regular 
 }
 # "hoy" is left out on purpose: Spanish allows it with the present and the preterite alike
 # ("hoy lavo", "hoy lavé"), so it cannot decide which tense is right.
-ES_ADVERBS = {"normalmente": "present", "siempre": "present", "ahora": "present",
-              "ayer": "past", "anoche": "past"}
+ES_ADVERBS = {"normalmente": "present", "siempre": "present", "ahora": "present", "ayer": "past", "anoche": "past"}
 # Nouns: category -> [(singular, plural, gender)]
 ES_NOUNS = {
-    "food": [("manzana", "manzanas", "f"), ("pastel", "pasteles", "m"), ("sopa", "sopas", "f"),
-             ("tomate", "tomates", "m"), ("galleta", "galletas", "f"), ("pescado", "pescados", "m"),
-             ("naranja", "naranjas", "f"), ("huevo", "huevos", "m")],
-    "drink": [("café", "cafés", "m"), ("jugo", "jugos", "m"), ("limonada", "limonadas", "f"),
-              ("té", "tés", "m"), ("cerveza", "cervezas", "f")],
-    "text": [("libro", "libros", "m"), ("carta", "cartas", "f"), ("revista", "revistas", "f"),
-             ("periódico", "periódicos", "m"), ("mensaje", "mensajes", "m"),
-             ("novela", "novelas", "f"), ("poema", "poemas", "m")],
+    "food": [
+        ("manzana", "manzanas", "f"),
+        ("pastel", "pasteles", "m"),
+        ("sopa", "sopas", "f"),
+        ("tomate", "tomates", "m"),
+        ("galleta", "galletas", "f"),
+        ("pescado", "pescados", "m"),
+        ("naranja", "naranjas", "f"),
+        ("huevo", "huevos", "m"),
+    ],
+    "drink": [
+        ("café", "cafés", "m"),
+        ("jugo", "jugos", "m"),
+        ("limonada", "limonadas", "f"),
+        ("té", "tés", "m"),
+        ("cerveza", "cervezas", "f"),
+    ],
+    "text": [
+        ("libro", "libros", "m"),
+        ("carta", "cartas", "f"),
+        ("revista", "revistas", "f"),
+        ("periódico", "periódicos", "m"),
+        ("mensaje", "mensajes", "m"),
+        ("novela", "novelas", "f"),
+        ("poema", "poemas", "m"),
+    ],
     "music": [("canción", "canciones", "f"), ("tango", "tangos", "m"), ("himno", "himnos", "m")],
-    "thing": [("puerta", "puertas", "f"), ("ventana", "ventanas", "f"), ("caja", "cajas", "f"),
-              ("coche", "coches", "m"), ("bicicleta", "bicicletas", "f"), ("mesa", "mesas", "f"),
-              ("plato", "platos", "m"), ("camisa", "camisas", "f"), ("vaso", "vasos", "m")],
-    "place": [("ciudad", "ciudades", "f"), ("museo", "museos", "m"), ("parque", "parques", "m"),
-              ("playa", "playas", "f"), ("país", "países", "m")],
-    "person": [("perro", "perros", "m"), ("gata", "gatas", "f"), ("niño", "niños", "m"),
-               ("niña", "niñas", "f"), ("profesor", "profesores", "m"),
-               ("profesora", "profesoras", "f"), ("vecino", "vecinos", "m"),
-               ("vecina", "vecinas", "f"), ("hermano", "hermanos", "m"),
-               ("hermana", "hermanas", "f")],
+    "thing": [
+        ("puerta", "puertas", "f"),
+        ("ventana", "ventanas", "f"),
+        ("caja", "cajas", "f"),
+        ("coche", "coches", "m"),
+        ("bicicleta", "bicicletas", "f"),
+        ("mesa", "mesas", "f"),
+        ("plato", "platos", "m"),
+        ("camisa", "camisas", "f"),
+        ("vaso", "vasos", "m"),
+    ],
+    "place": [
+        ("ciudad", "ciudades", "f"),
+        ("museo", "museos", "m"),
+        ("parque", "parques", "m"),
+        ("playa", "playas", "f"),
+        ("país", "países", "m"),
+    ],
+    "person": [
+        ("perro", "perros", "m"),
+        ("gata", "gatas", "f"),
+        ("niño", "niños", "m"),
+        ("niña", "niñas", "f"),
+        ("profesor", "profesores", "m"),
+        ("profesora", "profesoras", "f"),
+        ("vecino", "vecinos", "m"),
+        ("vecina", "vecinas", "f"),
+        ("hermano", "hermanos", "m"),
+        ("hermana", "hermanas", "f"),
+    ],
 }
 ES_LANGUAGES = ["español", "inglés", "francés", "alemán", "italiano", "portugués"]
 ES_ARTICLES = {  # (definite, gender, plural) -> article
-    (True, "m", False): "el", (True, "f", False): "la", (True, "m", True): "los",
-    (True, "f", True): "las", (False, "m", False): "un", (False, "f", False): "una",
-    (False, "m", True): "unos", (False, "f", True): "unas",
+    (True, "m", False): "el",
+    (True, "f", False): "la",
+    (True, "m", True): "los",
+    (True, "f", True): "las",
+    (False, "m", False): "un",
+    (False, "f", False): "una",
+    (False, "m", True): "unos",
+    (False, "f", True): "unas",
 }
 # Verb infinitive -> the object categories it takes ("language" means a bare language name).
 ES_VERBS = {
-    "hablar": ["language"], "estudiar": ["language", "text"], "cantar": ["music"],
-    "escuchar": ["music"], "comprar": ["food", "drink", "thing", "text"],
-    "cocinar": ["food"], "preparar": ["food", "drink"], "tomar": ["drink"],
-    "mirar": ["thing", "place"], "visitar": ["place"], "lavar": ["thing"], "usar": ["thing"],
-    "pintar": ["thing"], "limpiar": ["thing", "place"], "llevar": ["thing", "food"],
-    "comer": ["food"], "beber": ["drink"], "aprender": ["language"],
-    "vender": ["food", "thing", "text"], "romper": ["thing"], "comprender": ["text", "language"],
-    "escribir": ["text"], "abrir": ["thing", "text"], "compartir": ["food", "drink"],
-    "recibir": ["text"], "describir": ["place", "thing"],
+    "hablar": ["language"],
+    "estudiar": ["language", "text"],
+    "cantar": ["music"],
+    "escuchar": ["music"],
+    "comprar": ["food", "drink", "thing", "text"],
+    "cocinar": ["food"],
+    "preparar": ["food", "drink"],
+    "tomar": ["drink"],
+    "mirar": ["thing", "place"],
+    "visitar": ["place"],
+    "lavar": ["thing"],
+    "usar": ["thing"],
+    "pintar": ["thing"],
+    "limpiar": ["thing", "place"],
+    "llevar": ["thing", "food"],
+    "comer": ["food"],
+    "beber": ["drink"],
+    "aprender": ["language"],
+    "vender": ["food", "thing", "text"],
+    "romper": ["thing"],
+    "comprender": ["text", "language"],
+    "escribir": ["text"],
+    "abrir": ["thing", "text"],
+    "compartir": ["food", "drink"],
+    "recibir": ["text"],
+    "describir": ["place", "thing"],
 }
 
 # ----------------------------------------------------------------------------------------------
 # English tables. Persons as above; "you" is 1 and also plural 4, "it" is not used.
 
 EN_PRONOUNS = {"I": 0, "you": 1, "he": 2, "she": 2, "we": 3, "they": 5}
-EN_ADVERBS = {"every day": "present", "usually": "present", "often": "present",
-              "yesterday": "past", "last night": "past", "last week": "past"}
+EN_ADVERBS = {
+    "every day": "present",
+    "usually": "present",
+    "often": "present",
+    "yesterday": "past",
+    "last night": "past",
+    "last week": "past",
+}
 EN_NOUNS = {  # category -> [(singular, plural)]
-    "food": [("apple", "apples"), ("cake", "cakes"), ("soup", "soups"), ("orange", "oranges"),
-             ("egg", "eggs"), ("sandwich", "sandwiches"), ("banana", "bananas"),
-             ("cookie", "cookies"), ("tomato", "tomatoes")],
-    "drink": [("coffee", "coffees"), ("juice", "juices"), ("tea", "teas"),
-              ("lemonade", "lemonades")],
-    "text": [("book", "books"), ("letter", "letters"), ("email", "emails"),
-             ("article", "articles"), ("novel", "novels"), ("poem", "poems"),
-             ("message", "messages")],
+    "food": [
+        ("apple", "apples"),
+        ("cake", "cakes"),
+        ("soup", "soups"),
+        ("orange", "oranges"),
+        ("egg", "eggs"),
+        ("sandwich", "sandwiches"),
+        ("banana", "bananas"),
+        ("cookie", "cookies"),
+        ("tomato", "tomatoes"),
+    ],
+    "drink": [("coffee", "coffees"), ("juice", "juices"), ("tea", "teas"), ("lemonade", "lemonades")],
+    "text": [
+        ("book", "books"),
+        ("letter", "letters"),
+        ("email", "emails"),
+        ("article", "articles"),
+        ("novel", "novels"),
+        ("poem", "poems"),
+        ("message", "messages"),
+    ],
     "music": [("song", "songs"), ("album", "albums"), ("anthem", "anthems")],
-    "thing": [("door", "doors"), ("window", "windows"), ("box", "boxes"), ("car", "cars"),
-              ("bike", "bikes"), ("table", "tables"), ("plate", "plates"),
-              ("shirt", "shirts"), ("umbrella", "umbrellas"), ("glass", "glasses")],
-    "place": [("city", "cities"), ("museum", "museums"), ("park", "parks"),
-              ("beach", "beaches"), ("office", "offices")],
-    "person": [("dog", "dogs"), ("cat", "cats"), ("teacher", "teachers"),
-               ("student", "students"), ("neighbor", "neighbors"), ("sister", "sisters"),
-               ("brother", "brothers"), ("friend", "friends"), ("artist", "artists"),
-               ("uncle", "uncles")],
+    "thing": [
+        ("door", "doors"),
+        ("window", "windows"),
+        ("box", "boxes"),
+        ("car", "cars"),
+        ("bike", "bikes"),
+        ("table", "tables"),
+        ("plate", "plates"),
+        ("shirt", "shirts"),
+        ("umbrella", "umbrellas"),
+        ("glass", "glasses"),
+    ],
+    "place": [
+        ("city", "cities"),
+        ("museum", "museums"),
+        ("park", "parks"),
+        ("beach", "beaches"),
+        ("office", "offices"),
+    ],
+    "person": [
+        ("dog", "dogs"),
+        ("cat", "cats"),
+        ("teacher", "teachers"),
+        ("student", "students"),
+        ("neighbor", "neighbors"),
+        ("sister", "sisters"),
+        ("brother", "brothers"),
+        ("friend", "friends"),
+        ("artist", "artists"),
+        ("uncle", "uncles"),
+    ],
 }
 EN_LANGUAGES = ["English", "Spanish", "French", "German", "Italian", "Portuguese"]
 # Verb -> ((base, third person singular, past), object categories). None has past == base.
@@ -151,6 +260,4 @@ def en_determiner_ok(det: str, noun: str, plural: bool) -> bool:
     return plural  # these, those
 
 
-
-EN_DETERMINER_SWAP = {"a": "an", "an": "a", "this": "these", "these": "this",
-                      "that": "those", "those": "that"}
+EN_DETERMINER_SWAP = {"a": "an", "an": "a", "this": "these", "these": "this", "that": "those", "those": "that"}

@@ -134,8 +134,7 @@ class MiniGPT(nn.Module):
         """Distinct parameters (the tied matrix counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                loss_mask: torch.Tensor | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None):
         """idx (B, T) token ids -> logits (B, T, V), and the masked loss if targets are given."""
         B, T = idx.shape
         if T > self.config.block_size:
@@ -152,8 +151,9 @@ class MiniGPT(nn.Module):
         return logits, masked_loss(logits, targets, loss_mask)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], eos_id: int, max_new_tokens: int | None = None,
-                 pad_id: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompts: list[list[int]], eos_id: int, max_new_tokens: int | None = None, pad_id: int = 0
+    ) -> list[list[int]]:
         """Greedy decoding for a batch of prompts of different lengths.
 
         Each prompt is written left-aligned into a (B, block_size) buffer; at every step the
@@ -184,4 +184,4 @@ class MiniGPT(nn.Module):
             buf[rows[active], lengths[active]] = next_tok[active]
             done |= active & (next_tok == eos_id)
             lengths = lengths + active.long()
-        return [buf[i, int(start[i]): int(lengths[i])].tolist() for i in range(len(prompts))]
+        return [buf[i, int(start[i]) : int(lengths[i])].tolist() for i in range(len(prompts))]

@@ -64,9 +64,14 @@ class TrainConfig:
     dropout: float = 0.0
 
     def model_config(self) -> GPTConfig:
-        return GPTConfig(vocab_size=grammar.VOCAB_SIZE, block_size=self.block_size,
-                         n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                         dropout=self.dropout)
+        return GPTConfig(
+            vocab_size=grammar.VOCAB_SIZE,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout,
+        )
 
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -84,8 +89,10 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {cfg.dtype!r}; choose one of {', '.join(DTYPES)}")
     if cfg.batch_size % cfg.accum:
-        raise ValueError(f"--batch-size {cfg.batch_size} is not divisible by --accum {cfg.accum}; "
-                         f"the batch is cut into {cfg.accum} equal micro-batches")
+        raise ValueError(
+            f"--batch-size {cfg.batch_size} is not divisible by --accum {cfg.accum}; "
+            f"the batch is cut into {cfg.accum} equal micro-batches"
+        )
     if not cfg.lr > 0 or not 0 <= cfg.min_lr <= cfg.lr:
         raise ValueError(f"need --lr > 0 and 0 <= --min-lr <= --lr, got lr={cfg.lr}, min_lr={cfg.min_lr}")
     if not 0 <= cfg.warmup < cfg.steps:
@@ -125,21 +132,27 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opt
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-               cfg: TrainConfig, rank: int = 0, world_size: int = 1) -> float:
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    cfg: TrainConfig,
+    rank: int = 0,
+    world_size: int = 1,
+) -> float:
     """One optimizer step on this rank's slice of the global batch of ``step``.
 
     Returns the loss averaged over the micro-batches (this rank's share of the batch loss).
     With ``world_size == 1`` this is the whole single-process step; the labs call it with
     their own wrapped model and rank.
     """
-    x, y, mask = grammar.get_batch("train", step, cfg.batch_size, rank, world_size,
-                                   seed=cfg.seed, block_size=cfg.block_size)
+    x, y, mask = grammar.get_batch(
+        "train", step, cfg.batch_size, rank, world_size, seed=cfg.seed, block_size=cfg.block_size
+    )
     device = next(model.parameters()).device
     x, y, mask = x.to(device), y.to(device), mask.to(device)
     micro = len(x) // cfg.accum
@@ -158,7 +171,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
         # an optimizer that holds only a shard of the averaged gradient (Lab 02's ZeRO-1) knows
         # how to take the norm of the whole; otherwise every rank holds the whole gradient
         clip = getattr(optimizer, "clip_grad_norm_", None) or (
-            lambda max_norm: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+            lambda max_norm: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        )
         clip(cfg.grad_clip)
     lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
     for group in optimizer.param_groups:
@@ -172,8 +186,9 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
 # Checkpoints
 
 
-def save_checkpoint(path: str | Path, model: MiniGPT, optimizer: torch.optim.Optimizer,
-                    step: int, cfg: TrainConfig) -> None:
+def save_checkpoint(
+    path: str | Path, model: MiniGPT, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig
+) -> None:
     """Write the checkpoint atomically: a temporary file in the same folder, then a rename, so
     a crash mid-write never leaves a truncated checkpoint under the real name."""
     path = Path(path)
@@ -185,8 +200,7 @@ def save_checkpoint(path: str | Path, model: MiniGPT, optimizer: torch.optim.Opt
         "step": step,  # optimizer steps done
         "train_config": asdict(cfg),
         "vocabulary": list(grammar.vocabulary()),
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                "python": random.getstate()},
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
     }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
@@ -227,21 +241,34 @@ def model_from_checkpoint(state: dict) -> MiniGPT:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
-    p = argparse.ArgumentParser(prog="python -m minigpt.train", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m minigpt.train",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kwargs = {"type": type(getattr(defaults, f.name)), "default": None,
-                  "help": f"(default {getattr(defaults, f.name)})"}
+        kwargs = {
+            "type": type(getattr(defaults, f.name)),
+            "default": None,
+            "help": f"(default {getattr(defaults, f.name)})",
+        }
         if f.name == "optimizer":
             kwargs["choices"] = OPTIMIZERS
         if f.name == "dtype":
             kwargs["choices"] = tuple(DTYPES)
         p.add_argument(flag, **kwargs)
-    p.add_argument("--out", help=f"checkpoint written at every evaluation and at the end "
-                   f"(default: {DEFAULT_CHECKPOINT}, or the --resume checkpoint)")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint (its settings are reused)")
-    p.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this many steps (the schedule still spans --steps)")
+    p.add_argument(
+        "--out",
+        help=f"checkpoint written at every evaluation and at the end "
+        f"(default: {DEFAULT_CHECKPOINT}, or the --resume checkpoint)",
+    )
+    p.add_argument(
+        "--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint (its settings are reused)"
+    )
+    p.add_argument(
+        "--stop-at", type=int, metavar="STEP", help="stop after this many steps (the schedule still spans --steps)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -261,8 +288,10 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None
         if name in ("eval_every", "eval_sentences"):  # they do not change the weights
             setattr(cfg, name, value)
         elif getattr(cfg, name) != value:
-            raise ValueError(f"--{name.replace('_', '-')} {value} differs from the checkpoint's "
-                             f"{getattr(cfg, name)}; a resumed run keeps its settings (start a new run instead)")
+            raise ValueError(
+                f"--{name.replace('_', '-')} {value} differs from the checkpoint's "
+                f"{getattr(cfg, name)}; a resumed run keeps its settings (start a new run instead)"
+            )
     return cfg, state
 
 
@@ -294,37 +323,45 @@ def main(argv: list[str] | None = None) -> dict:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
     end = args.stop_at or cfg.steps
-    print(f"MiniGPT: {model.num_params():,} parameters | vocabulary {grammar.VOCAB_SIZE} | "
-          f"{len(grammar.tokenized('train', cfg.block_size)[0]):,} training sentences | "
-          f"{cfg.optimizer} lr {cfg.lr:g} | steps {start}->{end} of {cfg.steps} | seed {cfg.seed}")
+    print(
+        f"MiniGPT: {model.num_params():,} parameters | vocabulary {grammar.VOCAB_SIZE} | "
+        f"{len(grammar.tokenized('train', cfg.block_size)[0]):,} training sentences | "
+        f"{cfg.optimizer} lr {cfg.lr:g} | steps {start}->{end} of {cfg.steps} | seed {cfg.seed}"
+    )
     model.train()
     bar = tqdm(range(start, end), desc="train", disable=args.quiet, dynamic_ncols=True, file=sys.stdout)
     for step in bar:
         loss = train_step(model, optimizer, step, cfg)
         if not math.isfinite(loss):
             bar.close()
-            print(f"minigpt.train: error: the loss is {loss} at step {step}: training diverged; "
-                  f"try a smaller --lr (now {cfg.lr:g})", file=sys.stderr)
+            print(
+                f"minigpt.train: error: the loss is {loss} at step {step}: training diverged; "
+                f"try a smaller --lr (now {cfg.lr:g})",
+                file=sys.stderr,
+            )
             raise SystemExit(1)
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps):.2e}")
         done = step + 1
         if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
             result = grammar.score(model, "val", cfg.eval_sentences, block_size=cfg.block_size)
-            bar.write(f"step {done:5d} | train loss {loss:.4f} | val loss {result['loss']:.4f} | "
-                      f"val accuracy {result['accuracy']:.1%} ({result['total']} sentences)")
+            bar.write(
+                f"step {done:5d} | train loss {loss:.4f} | val loss {result['loss']:.4f} | "
+                f"val accuracy {result['accuracy']:.1%} ({result['total']} sentences)"
+            )
             save_checkpoint(args.out, model, optimizer, done, cfg)
     bar.close()
     save_checkpoint(args.out, model, optimizer, end, cfg)
     if end < cfg.steps:
-        print(f"stopped at step {end} of {cfg.steps}; continue with: "
-              f"python -m minigpt.train --resume {args.out}")
+        print(f"stopped at step {end} of {cfg.steps}; continue with: python -m minigpt.train --resume {args.out}")
         return {"step": end}
     val = grammar.score(model, "val", block_size=cfg.block_size)
     test = grammar.score(model, "test", block_size=cfg.block_size)
     seconds = time.perf_counter() - t0
-    print(f"final: step {end} | val loss {val['loss']:.4f} | tutor accuracy {test['accuracy']:.1%} "
-          f"({test['correct']}/{test['total']} held-out test sentences, exact match) | "
-          f"{seconds:.1f} s | checkpoint {args.out}")
+    print(
+        f"final: step {end} | val loss {val['loss']:.4f} | tutor accuracy {test['accuracy']:.1%} "
+        f"({test['correct']}/{test['total']} held-out test sentences, exact match) | "
+        f"{seconds:.1f} s | checkpoint {args.out}"
+    )
     return {"val_loss": val["loss"], "tutor_accuracy": test["accuracy"], "seconds": seconds}
 
 

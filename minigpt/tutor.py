@@ -23,8 +23,9 @@ def correct(model, sentence: str) -> str:
     prompt = [grammar.BOS_ID, *ids, grammar.SEP_ID]
     room = model.config.block_size - len(prompt)
     if room < len(ids) + 1:
-        raise ValueError(f"the sentence has {len(ids)} words; this tutor reads at most "
-                         f"{(model.config.block_size - 3) // 2}")
+        raise ValueError(
+            f"the sentence has {len(ids)} words; this tutor reads at most {(model.config.block_size - 3) // 2}"
+        )
     out = model.generate([prompt], eos_id=grammar.EOS_ID)[0]
     if out and out[-1] == grammar.EOS_ID:
         out = out[:-1]

@@ -33,10 +33,13 @@ LAB_TITLES = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--impl", choices=impl_switch.IMPLS,
-                     default=os.environ.get(impl_switch.ENV_VAR) or "reference",
-                     help="whose implementation the graded tests run: the reference in minigpt/ "
-                          "or yours in lab/exercises/ (default: reference)")
+    parser.addoption(
+        "--impl",
+        choices=impl_switch.IMPLS,
+        default=os.environ.get(impl_switch.ENV_VAR) or "reference",
+        help="whose implementation the graded tests run: the reference in minigpt/ "
+        "or yours in lab/exercises/ (default: reference)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -90,8 +93,7 @@ def _ran_out_of_time(call: pytest.CallInfo) -> bool:
     if exc is None:
         return False
     text = exc.exconly()
-    return (exc.errisinstance(subprocess.TimeoutExpired) or "Timeout (>" in text
-            or "killed at its time limit" in text)
+    return exc.errisinstance(subprocess.TimeoutExpired) or "Timeout (>" in text or "killed at its time limit" in text
 
 
 def _reason(call: pytest.CallInfo) -> str:
@@ -171,7 +173,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         where = "minigpt/"
         if impl == "exercises":
             folder = impl_switch.exercises_dir()
-            where = str(folder.relative_to(config.rootpath)) + "/" if folder.is_relative_to(config.rootpath) else str(folder)
+            where = (
+                str(folder.relative_to(config.rootpath)) + "/"
+                if folder.is_relative_to(config.rootpath)
+                else str(folder)
+            )
         terminalreporter.write_sep("=", f"score ({impl} implementation, {where})")
         for lab in sorted({r.lab for r in scores.values()}):
             results = [r for r in scores.values() if r.lab == lab]
@@ -195,13 +201,26 @@ def default_run(tmp_path_factory):
     can take ten times as long, and the tests read only its accuracy and loss, not its last bits.
     Returns the checkpoint path, the output, and the numbers of its final line."""
     out = tmp_path_factory.mktemp("default") / "minigpt.pt"
-    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
-                          capture_output=True, text=True, timeout=limit(240),
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=limit(240),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
-    final = re.search(r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "
-                      r"\((\d+)/(\d+) held-out test sentences, exact match\) \| ([\d.]+) s", proc.stdout)
+    final = re.search(
+        r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "
+        r"\((\d+)/(\d+) held-out test sentences, exact match\) \| ([\d.]+) s",
+        proc.stdout,
+    )
     assert final, proc.stdout
-    return {"checkpoint": out, "stdout": proc.stdout, "steps": int(final.group(1)),
-            "val_loss": float(final.group(2)), "correct": int(final.group(4)),
-            "total": int(final.group(5)), "seconds": float(final.group(6))}
+    return {
+        "checkpoint": out,
+        "stdout": proc.stdout,
+        "steps": int(final.group(1)),
+        "val_loss": float(final.group(2)),
+        "correct": int(final.group(4)),
+        "total": int(final.group(5)),
+        "seconds": float(final.group(6)),
+    }

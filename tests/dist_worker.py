@@ -74,16 +74,19 @@ def ring_cases(group, size: int) -> dict:
             chunks = ring_ref.chunk_bounds(length, size)
             me = dist.get_rank(group)
             not_sent = (chunks[me][1] - chunks[me][0]) + (chunks[(me + 1) % size][1] - chunks[(me + 1) % size][0])
-            cases.append({
-                "length": length, "op": op,
-                "returned_input": returned is got,
-                "max_error": float((got - expected).abs().max()),
-                "integer_exact": bool(torch.equal(got_int, expected_int)),
-                "digest": digest(got),
-                "bytes_sent": counter.sent,
-                "bytes_expected": 0 if size == 1 else (2 * length - not_sent) * 4,
-                "bytes_formula": 2 * (size - 1) / size * length * 4,
-            })
+            cases.append(
+                {
+                    "length": length,
+                    "op": op,
+                    "returned_input": returned is got,
+                    "max_error": float((got - expected).abs().max()),
+                    "integer_exact": bool(torch.equal(got_int, expected_int)),
+                    "digest": digest(got),
+                    "bytes_sent": counter.sent,
+                    "bytes_expected": 0 if size == 1 else (2 * length - not_sent) * 4,
+                    "bytes_formula": 2 * (size - 1) / size * length * 4,
+                }
+            )
     return {"cases": cases}
 
 
@@ -112,11 +115,17 @@ def reference_scatter_gather(group, size: int) -> dict:
         ring_ref.ring_all_gather(gathered, group, ag_counter)
         own = stop - start
         right = ring_ref.chunk_bounds(length, size)[(me + 1) % size]
-        cases.append({"length": length,
-                      "rs_error": float((chunk - total[start:stop]).abs().max()) if own else 0.0,
-                      "ag_equal": bool(torch.equal(gathered, total)),
-                      "rs_bytes": rs_counter.sent, "rs_expected": (length - own) * 4,
-                      "ag_bytes": ag_counter.sent, "ag_expected": (length - (right[1] - right[0])) * 4})
+        cases.append(
+            {
+                "length": length,
+                "rs_error": float((chunk - total[start:stop]).abs().max()) if own else 0.0,
+                "ag_equal": bool(torch.equal(gathered, total)),
+                "rs_bytes": rs_counter.sent,
+                "rs_expected": (length - own) * 4,
+                "ag_bytes": ag_counter.sent,
+                "ag_expected": (length - (right[1] - right[0])) * 4,
+            }
+        )
     return {"cases": cases}
 
 
@@ -180,18 +189,24 @@ def ddp_toy(group, collective: str = "torch") -> dict:
     loss = ddp(toy_batch(RANK))
     loss.backward()
     grads_digest = digest(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
-    out = {"same_start_as_rank0": same_start, "grad_error": grad_error(model, expected),
-           "frozen_grad_is_none": model.frozen.weight.grad is None,
-           "layout": [b["params"] for b in ddp.bucket_layout()], "timeline": ddp.last_timeline(),
-           "bytes_all_reduced": ddp.bytes_all_reduced, "grads_digest": grads_digest,
-           "module_is_model": ddp.module is model}
+    out = {
+        "same_start_as_rank0": same_start,
+        "grad_error": grad_error(model, expected),
+        "frozen_grad_is_none": model.frozen.weight.grad is None,
+        "layout": [b["params"] for b in ddp.bucket_layout()],
+        "timeline": ddp.last_timeline(),
+        "bytes_all_reduced": ddp.bytes_all_reduced,
+        "grads_digest": grads_digest,
+        "module_is_model": ddp.module is model,
+    }
     if collective == "ring":
         out["ring_bytes_sent"] = ddp.ring_bytes.sent
     before = [p.grad.clone() for p in model.parameters() if p.requires_grad]
     ddp.finish_gradient_synchronization()  # a second call: harmless
     ddp.finish_gradient_synchronization()
-    out["finish_twice_harmless"] = all(torch.equal(a, p.grad) for a, p in
-                                       zip(before, [p for p in model.parameters() if p.requires_grad]))
+    out["finish_twice_harmless"] = all(
+        torch.equal(a, p.grad) for a, p in zip(before, [p for p in model.parameters() if p.requires_grad])
+    )
     return out
 
 
@@ -224,6 +239,7 @@ def ddp_minigpt(group) -> dict:
     """Three AdamW steps of a small MiniGPT: two ranks against one process on the global batch."""
     from minigpt.parallel import equivalence
     from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+
     BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
     cfg = TrainConfig(steps=3, batch_size=16, n_layer=2, n_head=2, n_embd=32, warmup=1, lr=1e-3)
     baseline = build_model(cfg)
@@ -322,15 +338,18 @@ def ddp_against_torch(group, size: int) -> dict:
     (momentum): their parameters must agree on every world size. Not graded: it checks the
     course's DDP, whatever implementation is selected."""
     from minigpt.parallel.ddp import BucketedDDP
+
     out = {}
     for name in models_it_was_not_built_for():
         for cap_bytes in (100, 4000):
             models = [models_it_was_not_built_for()[name] for _ in range(2)]
-            wrapped = [BucketedDDP(models[0], bucket_cap_mb=cap_bytes / 2**20, process_group=group),
-                       nn.parallel.DistributedDataParallel(models[1], bucket_cap_mb=cap_bytes / 2**20,
-                                                           process_group=group)]
-            optimizers = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
-                          for m in models]
+            wrapped = [
+                BucketedDDP(models[0], bucket_cap_mb=cap_bytes / 2**20, process_group=group),
+                nn.parallel.DistributedDataParallel(models[1], bucket_cap_mb=cap_bytes / 2**20, process_group=group),
+            ]
+            optimizers = [
+                torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1, momentum=0.9) for m in models
+            ]
             for step in range(3):
                 for w, opt in zip(wrapped, optimizers):
                     model_loss(name, w, step, dist.get_rank(group)).backward()
@@ -345,6 +364,7 @@ def ddp_versions(group) -> dict:
     """Lab 01's benchmark compares the DDP's earlier versions (minigpt/parallel/ddp_steps.py): each
     must compute the same gradients as the reference, bit for bit (2 ranks)."""
     from minigpt.parallel.ddp_steps import VERSIONS
+
     grads = {}
     for version, cls in VERSIONS.items():
         torch.manual_seed(0)
@@ -353,7 +373,9 @@ def ddp_versions(group) -> dict:
         for step in range(2):  # the second step finds .grad already in the buckets (views)
             for p in model.parameters():
                 p.grad = None if step == 0 else p.grad.zero_()
-            ddp(torch.randn(4, 16, generator=torch.Generator().manual_seed(step + 10 * RANK))).square().mean().backward()
+            ddp(
+                torch.randn(4, 16, generator=torch.Generator().manual_seed(step + 10 * RANK))
+            ).square().mean().backward()
         grads[version] = digest(torch.cat([p.grad.flatten() for p in model.parameters()]))
     return {"digests": grads}
 

@@ -58,18 +58,30 @@ def free_port() -> int:
     raise RuntimeError("no free port between 20000 and 32000 outside the ephemeral range")
 
 
-def start_ranks(command: list[str], world_size: int, timeout_s: float,
-                extra_env: dict | None = None) -> list[subprocess.CompletedProcess]:
+def start_ranks(
+    command: list[str], world_size: int, timeout_s: float, extra_env: dict | None = None
+) -> list[subprocess.CompletedProcess]:
     """Run ``python *command`` as ranks 0..world_size-1 (the environment torchrun would give);
     every rank still running at ``timeout_s`` is killed. Returns each rank's exit code and output."""
     port = free_port()
     procs = []
     for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(ROOT), **(extra_env or {})}
-        procs.append(subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+            **(extra_env or {}),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *command], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     done, deadline = [], time.monotonic() + timeout_s
     for p in procs:
         try:
@@ -83,8 +95,14 @@ def start_ranks(command: list[str], world_size: int, timeout_s: float,
     return done
 
 
-def run_ranks(script: Path, world_size: int, outdir: Path, timeout_s: float, extra_env: dict | None = None,
-              args: list[str] | None = None) -> tuple[list[dict], list[str]]:
+def run_ranks(
+    script: Path,
+    world_size: int,
+    outdir: Path,
+    timeout_s: float,
+    extra_env: dict | None = None,
+    args: list[str] | None = None,
+) -> tuple[list[dict], list[str]]:
     """Run ``python script outdir *args`` as ranks 0..world_size-1; every rank writes
     ``outdir/rank<r>.json``. Returns the per-rank results (``{}`` for a rank that wrote nothing)
     and each rank's stderr tail. A rank still running at ``timeout_s`` is killed."""

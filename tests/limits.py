@@ -30,5 +30,7 @@ def limit(seconds: float) -> float:
     return seconds * scale()
 
 
-HINT = (f"time limits are sized for a slow, busy laptop; if this machine is slower or busier, "
-        f"raise them all with {VARIABLE}=3 (now {os.environ.get(VARIABLE, '1')})")
+HINT = (
+    f"time limits are sized for a slow, busy laptop; if this machine is slower or busier, "
+    f"raise them all with {VARIABLE}=3 (now {os.environ.get(VARIABLE, '1')})"
+)

@@ -14,8 +14,13 @@ from tests.test_grader import lab00_points
 
 ROOT = Path(__file__).resolve().parent.parent
 READMES = [ROOT / "README.md", ROOT / "README.es.md"]
-ENGLISH_PAGES = sorted(p for d in ("lab", "theory", "docs") if (ROOT / d).is_dir()
-                       for p in (ROOT / d).glob("*.md") if not p.name.endswith(".es.md"))
+ENGLISH_PAGES = sorted(
+    p
+    for d in ("lab", "theory", "docs")
+    if (ROOT / d).is_dir()
+    for p in (ROOT / d).glob("*.md")
+    if not p.name.endswith(".es.md")
+)
 
 
 def digits(text: str) -> str:
@@ -46,11 +51,14 @@ def test_readme_accuracy_is_the_measured_one(readme, default_run):
 
 def test_lab_pages_quote_the_readme_accuracy():
     """The Lab 00 guide repeats the README's measured accuracy (98.1% / 98,1 %): same number."""
-    correct, total = map(int, re.search(r"(\d+)/(\d+) held-out test sentences",
-                                        READMES[0].read_text(encoding="utf-8")).groups())
+    correct, total = map(
+        int, re.search(r"(\d+)/(\d+) held-out test sentences", READMES[0].read_text(encoding="utf-8")).groups()
+    )
     percent = f"{100 * correct / total:.1f}"
-    for page, number in [("00-minigpt-baseline.md", f"{percent}%"),
-                         ("00-minigpt-baseline.es.md", f"{percent.replace('.', ',')} %")]:
+    for page, number in [
+        ("00-minigpt-baseline.md", f"{percent}%"),
+        ("00-minigpt-baseline.es.md", f"{percent.replace('.', ',')} %"),
+    ]:
         assert number in (ROOT / "lab" / page).read_text(encoding="utf-8"), f"{page} should say {number}"
 
 

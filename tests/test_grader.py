@@ -49,14 +49,21 @@ def lost(stdout: str) -> dict[str, int]:
     return {name: int(points) for points, name in re.findall(r"lost (\d) pt: (test_[\w\[\].-]+):", stdout)}
 
 
-def run_graded(impl_name: str, exercises_dir: Path | None = None,
-               files: list[str] = GRADED_FILES) -> tuple[subprocess.CompletedProcess, float]:
+def run_graded(
+    impl_name: str, exercises_dir: Path | None = None, files: list[str] = GRADED_FILES
+) -> tuple[subprocess.CompletedProcess, float]:
     env = {k: v for k, v in os.environ.items() if k != impl.DIR_ENV_VAR}
     if exercises_dir is not None:
         env[impl.DIR_ENV_VAR] = str(exercises_dir)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", *files, f"--impl={impl_name}", "-q"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=limit(300), env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *files, f"--impl={impl_name}", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        env=env,
+    )
     return proc, time.perf_counter() - start
 
 
@@ -123,9 +130,12 @@ def test_a_broken_ddp_loses_the_ddp_points():
     proc, _ = run_graded("exercises", ROOT / "tests" / "pitfalls" / "broken_ddp", ["tests/test_lab01.py"])
     assert set(lost(proc.stdout)) == {
         "test_buckets_skip_frozen_and_hold_tied_weights_once",
-        "test_ddp_gradients_are_the_average_over_ranks", "test_ddp_all_reduce_starts_during_backward",
-        "test_ddp_launches_buckets_in_the_same_order_on_every_rank", "test_ddp_no_sync_accumulates_locally",
-        "test_ddp_ring_switch_gives_the_same_gradients", "test_ddp_finish_counts_bytes_and_is_harmless_twice",
+        "test_ddp_gradients_are_the_average_over_ranks",
+        "test_ddp_all_reduce_starts_during_backward",
+        "test_ddp_launches_buckets_in_the_same_order_on_every_rank",
+        "test_ddp_no_sync_accumulates_locally",
+        "test_ddp_ring_switch_gives_the_same_gradients",
+        "test_ddp_finish_counts_bytes_and_is_harmless_twice",
         "test_ddp_minigpt_two_ranks_equal_one_process",
     }, proc.stdout[-3000:]
     assert "rank 0: BucketedDDP: these parameters received no gradient" in proc.stdout
@@ -135,8 +145,10 @@ def test_a_zero1_that_keeps_frozen_parameters_loses_their_points():
     """tests/pitfalls/zero1_keeps_frozen/: the flat buffers keep the frozen parameters. The weights
     stay right (nothing marks them), so only the two tests of what frozen parameters cost fail."""
     proc, _ = run_graded("exercises", ROOT / "tests" / "pitfalls" / "zero1_keeps_frozen", ["tests/test_lab02.py"])
-    assert lost(proc.stdout) == {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1,
-                                 "test_zero1_frozen_parameters_cost_nothing_and_never_move": 1}, proc.stdout[-3000:]
+    assert lost(proc.stdout) == {
+        "test_trainable_parameters_leave_out_frozen_and_repeat_none": 1,
+        "test_zero1_frozen_parameters_cost_nothing_and_never_move": 1,
+    }, proc.stdout[-3000:]
 
 
 def test_stubs_have_the_reference_signatures():
@@ -151,7 +163,9 @@ def test_stubs_have_the_reference_signatures():
                 for method in methods:
                     assert inspect.signature(getattr(stub, method)) == inspect.signature(getattr(ref, method)), method
                     with pytest.raises(NotImplementedError, match=r"^Exercise \d+\.\d+: "):
-                        getattr(object.__new__(stub), method)(*[None] * (len(inspect.signature(getattr(stub, method)).parameters) - 1))
+                        getattr(object.__new__(stub), method)(
+                            *[None] * (len(inspect.signature(getattr(stub, method)).parameters) - 1)
+                        )
                 continue
             assert inspect.signature(stub) == inspect.signature(ref), f"{module}.{name}"
             with pytest.raises(NotImplementedError, match=r"^Exercise \d+\.\d+: "):
@@ -162,6 +176,11 @@ def test_impl_switch_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv(impl.ENV_VAR, "mine")
     with pytest.raises(ValueError, match="MINIGPT_IMPL='mine' is not valid"):
         impl.current()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_lab00.py", "--impl=mine"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=limit(120))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_lab00.py", "--impl=mine"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+    )
     assert proc.returncode == 4 and "mine" in proc.stderr  # pytest's usage error names the value

@@ -32,7 +32,9 @@ def test_the_check_passes_with_margin_under_every_kernel_set(tmp_path):
         proc = kernel_sets.run_check(name, report_path, SHORT, timeout_s=limit(400))
         assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
         report = json.loads(report_path.read_text())
-        assert report["cpu_capability"] == kernel_sets.REPORTED[name], f"{name} was not in force: {report['cpu_capability']}"
+        assert report["cpu_capability"] == kernel_sets.REPORTED[name], (
+            f"{name} was not in force: {report['cpu_capability']}"
+        )
         assert report["kernel_set_variables"] == kernel_sets.KERNEL_SETS[name]
         assert report["passed"] and report["ranks_bit_identical"], name
         assert report["max_logit_drift"] <= MARGIN, f"{name}: step drift {report['max_logit_drift']:.2e} > {MARGIN:g}"

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.lab("00"), pytest.mark.timeout(30)]  # a looping exerc
 
 # Exercise 0.1 · the causal mask ---------------------------------------------------------------
 
+
 @pytest.mark.points(2)
 def test_causal_mask_values(lab00):
     mask = lab00.causal_mask(5)
@@ -49,6 +50,7 @@ def test_causal_mask_hides_the_future_in_the_model(lab00):
 
 
 # Exercise 0.2 · the masked loss -------------------------------------------------------------
+
 
 def _loop_loss(logits, targets, mask):
     rows = []
@@ -104,6 +106,7 @@ def test_masked_loss_is_the_mean_of_equal_slices(lab00):
 
 # Exercise 0.3 · the per-rank batch slice ----------------------------------------------------
 
+
 @pytest.mark.points(2)
 def test_rank_slices_are_disjoint_and_cover_the_batch(lab00):
     for batch, world in [(64, 1), (64, 2), (64, 4), (12, 3), (8, 8)]:
@@ -111,9 +114,10 @@ def test_rank_slices_are_disjoint_and_cover_the_batch(lab00):
         for rank in range(world):
             s = lab00.rank_slice(batch, rank, world)
             assert isinstance(s, slice), "return a slice"
-            assert s.start == rank * batch // world and s.stop == (rank + 1) * batch // world, \
-                f"rank {rank} of {world} with batch {batch}: expected rows {rank * batch // world}.." \
+            assert s.start == rank * batch // world and s.stop == (rank + 1) * batch // world, (
+                f"rank {rank} of {world} with batch {batch}: expected rows {rank * batch // world}.."
                 f"{(rank + 1) * batch // world - 1}, got {s}"
+            )
             rows += list(range(batch))[s]
         assert rows == list(range(batch)), f"batch {batch}, world {world}: slices must tile the batch"
 
@@ -129,6 +133,7 @@ def test_rank_slice_rejects_what_cannot_work(lab00):
 
 
 # Exercise 0.4 · the learning-rate schedule --------------------------------------------------
+
 
 @pytest.mark.points(2)
 def test_lr_schedule(lab00):

@@ -26,8 +26,9 @@ def ranks(request, tmp_path_factory) -> list[dict]:
     """Every rank's results: ``ranks[r][scenario]``."""
     impl_name = request.config.getoption("--impl")
     outdir = tmp_path_factory.mktemp(f"lab01-{impl_name}")
-    results, errors = run_ranks(ROOT / "tests" / "dist_worker.py", WORLD, outdir, timeout_s=limit(150),
-                                extra_env={impl.ENV_VAR: impl_name})
+    results, errors = run_ranks(
+        ROOT / "tests" / "dist_worker.py", WORLD, outdir, timeout_s=limit(150), extra_env={impl.ENV_VAR: impl_name}
+    )
     for rank, (res, err) in enumerate(zip(results, errors)):
         if "finished" not in res:
             print(f"rank {rank} did not finish:\n{err}")
@@ -88,7 +89,8 @@ def test_ring_sends_chunks_not_the_whole_tensor(ranks):
         for rank, case in ring_cases(ranks, size):
             assert case["bytes_sent"] == case["bytes_expected"], (
                 f"world size {size}, rank {rank}, {case['length']} floats: sent {case['bytes_sent']} bytes, "
-                f"a ring sends {case['bytes_expected']} (2(N-1)/N x {4 * case['length']} = {case['bytes_formula']:.0f})")
+                f"a ring sends {case['bytes_expected']} (2(N-1)/N x {4 * case['length']} = {case['bytes_formula']:.0f})"
+            )
 
 
 @pytest.mark.points(1)
@@ -124,12 +126,15 @@ def stack() -> nn.Sequential:
 
 @pytest.mark.points(2)
 def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
-    assert names(assign_buckets(stack(), 80)) == [["2.bias", "2.weight"], ["1.bias", "1.weight"],
-                                                  ["0.bias", "0.weight"]]
-    assert names(assign_buckets(stack(), 100)) == [["2.bias", "2.weight", "1.bias", "1.weight"],
-                                                   ["0.bias", "0.weight"]]
-    assert names(assign_buckets(stack(), 10_000)) == [["2.bias", "2.weight", "1.bias", "1.weight", "0.bias",
-                                                       "0.weight"]]
+    assert names(assign_buckets(stack(), 80)) == [
+        ["2.bias", "2.weight"],
+        ["1.bias", "1.weight"],
+        ["0.bias", "0.weight"],
+    ]
+    assert names(assign_buckets(stack(), 100)) == [["2.bias", "2.weight", "1.bias", "1.weight"], ["0.bias", "0.weight"]]
+    assert names(assign_buckets(stack(), 10_000)) == [
+        ["2.bias", "2.weight", "1.bias", "1.weight", "0.bias", "0.weight"]
+    ]
     buckets = assign_buckets(stack(), 80)
     assert all(isinstance(p, nn.Parameter) for bucket in buckets for _, p in bucket)
 
@@ -137,10 +142,19 @@ def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
 @pytest.mark.points(1)
 def test_buckets_close_when_they_reach_the_cap(assign_buckets):
     """A bias (16 bytes) below a 20-byte cap waits for the weight after it: no message of 16 bytes."""
-    assert names(assign_buckets(stack(), 20)) == [["2.bias", "2.weight"], ["1.bias", "1.weight"],
-                                                  ["0.bias", "0.weight"]]
-    assert names(assign_buckets(stack(), 10)) == [["2.bias"], ["2.weight"], ["1.bias"], ["1.weight"],
-                                                  ["0.bias"], ["0.weight"]]
+    assert names(assign_buckets(stack(), 20)) == [
+        ["2.bias", "2.weight"],
+        ["1.bias", "1.weight"],
+        ["0.bias", "0.weight"],
+    ]
+    assert names(assign_buckets(stack(), 10)) == [
+        ["2.bias"],
+        ["2.weight"],
+        ["1.bias"],
+        ["1.weight"],
+        ["0.bias"],
+        ["0.weight"],
+    ]
 
 
 @pytest.mark.points(2)
@@ -162,7 +176,9 @@ def test_buckets_skip_frozen_and_hold_tied_weights_once(assign_buckets):
 def test_ddp_gradients_are_the_average_over_ranks(ranks):
     for r, result in enumerate(both(ranks, "ddp_toy")):
         assert result["module_is_model"] and result["same_start_as_rank0"]
-        assert result["grad_error"] <= 1e-6, f"rank {r}: gradients differ from the average by {result['grad_error']:.2e}"
+        assert result["grad_error"] <= 1e-6, (
+            f"rank {r}: gradients differ from the average by {result['grad_error']:.2e}"
+        )
         assert result["frozen_grad_is_none"], f"rank {r}: a frozen parameter got a gradient"
 
 
@@ -174,7 +190,8 @@ def test_ddp_all_reduce_starts_during_backward(ranks):
         assert first["launched_s"] is not None and last["last_ready_s"] is not None, f"rank {r}: no timings"
         assert first["launched_s"] < last["last_ready_s"], (
             f"rank {r}: bucket 0 was launched at {first['launched_s']:.6f} s, after the last gradient "
-            f"({last['last_ready_s']:.6f} s): launch each bucket from the hook as soon as it is full")
+            f"({last['last_ready_s']:.6f} s): launch each bucket from the hook as soon as it is full"
+        )
 
 
 @pytest.mark.points(1)
@@ -250,7 +267,9 @@ def test_reference_ddp_equals_pytorchs_on_models_it_was_not_built_for(ranks, siz
             if case == "ok":
                 continue
             bound = 0.0 if size == 2 else 1e-6
-            assert r["max_diff"] <= bound, f"{size} ranks, {case}: {r['max_diff']:.2e} from PyTorch's DDP (bound {bound:g})"
+            assert r["max_diff"] <= bound, (
+                f"{size} ranks, {case}: {r['max_diff']:.2e} from PyTorch's DDP (bound {bound:g})"
+            )
 
 
 def test_the_benchmarks_earlier_versions_compute_the_same_gradients(ranks):

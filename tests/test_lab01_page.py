@@ -58,17 +58,18 @@ def test_the_included_tables_are_what_the_code_renders_from_the_measurements():
         assert (RESULTS / f"01-drift-sources-adamw-{lang}.txt").read_text() == lab01_check.sources_tables(sources)[lang]
         for config in ("adamw", "sgd"):
             kernel = result(f"01-kernel-sets-{config}-cpu.json")
-            assert (RESULTS / f"01-kernel-sets-{config}-cpu-{lang}.txt").read_text() == \
-                lab01_check.table(kernel, lang)
+            assert (RESULTS / f"01-kernel-sets-{config}-cpu-{lang}.txt").read_text() == lab01_check.table(kernel, lang)
         assert (RESULTS / f"01-benchmark-cpu-timeline-{lang}.png").stat().st_size > 10_000
 
 
 def console_line(name: str, v: dict) -> str:
     """A variant's line in lab/01_ddp.py --check's summary (minigpt.runners.lab01_ddp.print_summary)."""
     s, m, t = v["step_drift"], v["micro_batch_drift"], v["trajectory_drift"]
-    return (f"[rank 0] {name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
-            f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
-            f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}")
+    return (
+        f"[rank 0] {name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
+        f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
+        f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}"
+    )
 
 
 def test_the_expected_output_is_the_committed_default_run(pages):
@@ -123,8 +124,10 @@ def test_the_readme_quotes_the_committed_lab01_run(readme):
     report = result("01-check-adamw-cpu.json")
     text = (ROOT / readme).read_text(encoding="utf-8")
     assert f"check PASS: max logit drift {report['max_logit_drift']:.2e}" in text
-    assert (f"tutor accuracy {100 * report['tutor_accuracy']:.1f}% "
-            f"({report['tutor_correct']}/{report['tutor_total']} held-out test sentences)") in text
+    assert (
+        f"tutor accuracy {100 * report['tutor_accuracy']:.1f}% "
+        f"({report['tutor_correct']}/{report['tutor_total']} held-out test sentences)"
+    ) in text
     assert "lab/01_ddp.py --check" in text
 
 
@@ -140,45 +143,70 @@ def test_the_prose_numbers_are_the_measured_ones(pages):
     at_sgd, at_adamw = sgd["at_largest"], adamw["at_largest"]
     shape_medians = [c["ratio"]["median"] for shape in bench["shapes"].values() for c in shape["caps"]]
     assert max(shape_medians) <= 1.05, "the issue's bar: within 5% of PyTorch's DDP on every model and cap"
-    first, at_cap = (bench["ablation"]["deep-mlp"][v]["ratio"]["median"] for v in ("first version", "+ buckets closed at the cap"))
+    first, at_cap = (
+        bench["ablation"]["deep-mlp"][v]["ratio"]["median"] for v in ("first version", "+ buckets closed at the cap")
+    )
     sweep = max(bench["sweep"], key=lambda s: s["buckets"])
     stated = [  # (English, Spanish)
-        (f"median ratio is {statistics.median(ratios):.2f} (from {min(ratios):.2f} to {max(ratios):.2f}",
-         f"cociente del DDP hecho a mano es {es(format(statistics.median(ratios), '.2f'))} "
-         f"(entre {es(format(min(ratios), '.2f'))} y {es(format(max(ratios), '.2f'))}"),
-        (f"{medians['naive'] / medians['bucketed']:.1f} times faster ({1000 * medians['naive']:.1f} ms against "
-         f"{1000 * medians['bucketed']:.1f} ms)",
-         f"{es(format(medians['naive'] / medians['bucketed'], '.1f'))} veces más rápido "
-         f"({es(format(1000 * medians['naive'], '.1f'))} ms frente a {es(format(1000 * medians['bucketed'], '.1f'))} ms)"),
+        (
+            f"median ratio is {statistics.median(ratios):.2f} (from {min(ratios):.2f} to {max(ratios):.2f}",
+            f"cociente del DDP hecho a mano es {es(format(statistics.median(ratios), '.2f'))} "
+            f"(entre {es(format(min(ratios), '.2f'))} y {es(format(max(ratios), '.2f'))}",
+        ),
+        (
+            f"{medians['naive'] / medians['bucketed']:.1f} times faster ({1000 * medians['naive']:.1f} ms against "
+            f"{1000 * medians['bucketed']:.1f} ms)",
+            f"{es(format(medians['naive'] / medians['bucketed'], '.1f'))} veces más rápido "
+            f"({es(format(1000 * medians['naive'], '.1f'))} ms frente a {es(format(1000 * medians['bucketed'], '.1f'))} ms)",
+        ),
         (f"take {1000 * medians['bucketed']:.0f} ms per step", f"tardan {1000 * medians['bucketed']:.0f} ms por paso"),
-        (f"takes {1000 * medians['one process']:.0f} ms for the whole batch",
-         f"tarda {1000 * medians['one process']:.0f} ms con el lote entero"),
-        (f"{sweep['buckets']} small buckets and pays a fixed cost per message ({1000 * sweep['median_s']:.1f} ms)",
-         f"{sweep['buckets']} buckets pequeños y paga un coste fijo por mensaje ({es(format(1000 * sweep['median_s'], '.1f'))} ms)"),
-        (f"Every median is between {min(shape_medians):.2f} and {max(shape_medians):.2f}.",
-         f"Todas las medianas están entre {es(format(min(shape_medians), '.2f'))} y {es(format(max(shape_medians), '.2f'))}."),
-        (f"the deep MLP went from {first:.2f} to {at_cap:.2f}",
-         f"el MLP profundo pasó de {es(format(first, '.2f'))} a {es(format(at_cap, '.2f'))}"),
-        (f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces for the deep MLP",
-         f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces para el MLP profundo"),
+        (
+            f"takes {1000 * medians['one process']:.0f} ms for the whole batch",
+            f"tarda {1000 * medians['one process']:.0f} ms con el lote entero",
+        ),
+        (
+            f"{sweep['buckets']} small buckets and pays a fixed cost per message ({1000 * sweep['median_s']:.1f} ms)",
+            f"{sweep['buckets']} buckets pequeños y paga un coste fijo por mensaje ({es(format(1000 * sweep['median_s'], '.1f'))} ms)",
+        ),
+        (
+            f"Every median is between {min(shape_medians):.2f} and {max(shape_medians):.2f}.",
+            f"Todas las medianas están entre {es(format(min(shape_medians), '.2f'))} y {es(format(max(shape_medians), '.2f'))}.",
+        ),
+        (
+            f"the deep MLP went from {first:.2f} to {at_cap:.2f}",
+            f"el MLP profundo pasó de {es(format(first, '.2f'))} a {es(format(at_cap, '.2f'))}",
+        ),
+        (
+            f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces for the deep MLP",
+            f"{bench['ablation']['deep-mlp']['first version']['buckets']} all-reduces para el MLP profundo",
+        ),
         (f"{bench['steps']} steps", f"{bench['steps']} pasos"),
         (f"over {bench['repeats']} rounds", f"en {bench['repeats']} rondas"),
         # the amplification: what happened at the weight that moved apart most
         (f"learning rate there is {sgd['lr']:g}", f"calentamiento es ahí {es(format(sgd['lr'], 'g'))}"),
-        (f"gradient differs by {sci(at_sgd['grad_diff'], 'en')}", f"gradiente difiere en {es(sci(at_sgd['grad_diff'], 'en'))}"),
-        (f"({at_sgd['weight']:.4f}) ended {sci(sgd['weight_diff'], 'en')} apart",
-         f"({es(format(at_sgd['weight'], '.4f'))}) terminó a {es(sci(sgd['weight_diff'], 'en'))} de distancia"),
+        (
+            f"gradient differs by {sci(at_sgd['grad_diff'], 'en')}",
+            f"gradiente difiere en {es(sci(at_sgd['grad_diff'], 'en'))}",
+        ),
+        (
+            f"({at_sgd['weight']:.4f}) ended {sci(sgd['weight_diff'], 'en')} apart",
+            f"({es(format(at_sgd['weight'], '.4f'))}) terminó a {es(sci(sgd['weight_diff'], 'en'))} de distancia",
+        ),
         (f"gradient of\n{sci(at_adamw['grad'], 'en')}", f"gradiente de {es(sci(at_adamw['grad'], 'en'))}"),
-        (f"A {sci(at_adamw['grad_diff'], 'en')} difference in it moved the weight by {sci(adamw['weight_diff'], 'en')}",
-         f"Una diferencia de {es(sci(at_adamw['grad_diff'], 'en'))} en él movió el peso {es(sci(adamw['weight_diff'], 'en'))}"),
+        (
+            f"A {sci(at_adamw['grad_diff'], 'en')} difference in it moved the weight by {sci(adamw['weight_diff'], 'en')}",
+            f"Una diferencia de {es(sci(at_adamw['grad_diff'], 'en'))} en él movió el peso {es(sci(adamw['weight_diff'], 'en'))}",
+        ),
     ]
     assert sgd["weight_diff"] == at_sgd["ulp"], "SGD's largest difference is one float32 step of the weight"
     assert sgd["lr"] * at_sgd["grad_diff"] < 1e-12 < sgd["weight_diff"]
     assert abs(at_adamw["grad"]) < 1e-8 / 5, "a gradient well below AdamW's epsilon"
     assert round(adamw["weight_diff"] / at_adamw["grad_diff"], -3) == 6000  # "six thousand times"
     messages = len(list(MiniGPT(GPTConfig()).parameters()))  # the naive DDP: one all-reduce per parameter
-    stated += [(f"sends {messages} messages", f"envía {messages} mensajes"),
-               (f"in {messages} small messages", f"en {messages} mensajes pequeños")]
+    stated += [
+        (f"sends {messages} messages", f"envía {messages} mensajes"),
+        (f"in {messages} small messages", f"en {messages} mensajes pequeños"),
+    ]
     flat = {lang: " ".join(text.split()) for lang, text in pages.items()}  # sentences wrap across lines
     for english, spanish in stated:
         assert " ".join(english.split()) in flat["en"], f"the English page should say {english!r}"
@@ -193,11 +221,17 @@ def test_the_drift_numbers_are_the_measured_ones(pages):
     kernel = {c: result(f"01-kernel-sets-{c}-cpu.json")["rows"] for c in ("adamw", "sgd")}
     f32 = max(v["step_drift_float32_probe"]["max"] for v in report["variants"].values())
     f32_worst = max(r["max_step_drift_float32_probe"] for r in kernel["adamw"])
-    stated = [(f"at most {sci(report['max_logit_drift'], 'en')} over the 450 AdamW steps",
-               f"como máximo {es(sci(report['max_logit_drift'], 'en'))} en los 450 pasos"),
-              (f"measures {sci(f32, 'en')} where the exact probe measures {sci(report['max_logit_drift'], 'en')}",
-               f"mide {es(sci(f32, 'en'))} donde la sonda exacta mide {es(sci(report['max_logit_drift'], 'en'))}"),
-              (f"measured {sci(f32_worst, 'en')} and failed", f"midió {es(sci(f32_worst, 'en'))} y falló")]
+    stated = [
+        (
+            f"at most {sci(report['max_logit_drift'], 'en')} over the 450 AdamW steps",
+            f"como máximo {es(sci(report['max_logit_drift'], 'en'))} en los 450 pasos",
+        ),
+        (
+            f"measures {sci(f32, 'en')} where the exact probe measures {sci(report['max_logit_drift'], 'en')}",
+            f"mide {es(sci(f32, 'en'))} donde la sonda exacta mide {es(sci(report['max_logit_drift'], 'en'))}",
+        ),
+        (f"measured {sci(f32_worst, 'en')} and failed", f"midió {es(sci(f32_worst, 'en'))} y falló"),
+    ]
     flat = {lang: " ".join(text.split()) for lang, text in pages.items()}  # sentences wrap across lines
     for english, spanish in stated:
         assert english in flat["en"], f"the English page should say {english!r}"
@@ -212,7 +246,9 @@ def test_the_drift_numbers_are_the_measured_ones(pages):
     # the worst step of the default run is one layer-norm gain, one float32 step apart
     sources = {entry["step"]: entry for entry in result("01-drift-sources-adamw.json")}
     worst = report["variants"]["bucketed"]["step_drift"]["worst_step"]
-    assert set(sources) == {0, worst} and f"--sources 0,{worst}" in pages["en"] and f"--sources 0,{worst}" in pages["es"]
+    assert (
+        set(sources) == {0, worst} and f"--sources 0,{worst}" in pages["en"] and f"--sources 0,{worst}" in pages["es"]
+    )
     top = sources[worst]["params"][0]
     assert top["param"].startswith("blocks.0.ln_") and top["numbers_differing"] == 1 and round(top["ulps_there"]) == 1
     assert top["drift_alone"] > 0.9 * sources[worst]["drift"]  # "that alone moves the logits by the whole drift"

@@ -23,12 +23,22 @@ TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--warmup", "1", "-
 
 def torchrun_node(node_rank: int, port: int, args: list[str], **popen) -> subprocess.Popen:
     """One "machine" of a two-machine run: torchrun --nnodes=2 --node_rank=N, one process each."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node_rank}",
-               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
-               "lab/01_ddp.py", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        f"--node_rank={node_rank}",
+        "--nproc_per_node=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "lab/01_ddp.py",
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    )
 
 
 @pytest.mark.timeout(180)
@@ -36,8 +46,10 @@ def test_two_node_launch_checks_and_reports(tmp_path):
     report = tmp_path / "lab01.json"
     port = free_port()
     common = ["--check", "--steps", "6", "--accum", "2", *TINY]  # --accum: all but the last micro-batch in no_sync
-    nodes = [torchrun_node(0, port, [*common, "--report", str(report)]),
-             torchrun_node(1, port, [*common, "--report", str(tmp_path / "other.json")])]
+    nodes = [
+        torchrun_node(0, port, [*common, "--report", str(report)]),
+        torchrun_node(1, port, [*common, "--report", str(tmp_path / "other.json")]),
+    ]
     outputs = [n.communicate(timeout=limit(150)) for n in nodes]
     for node, (_, err) in zip(nodes, outputs):
         assert node.returncode == 0, err[-3000:]
@@ -105,15 +117,21 @@ def test_a_failed_rank_ends_the_others_with_a_message(how):
     assert "a peer rank probably died or stopped answering (collective timeout 10 s)" in err, err[-3000:]
 
 
-@pytest.mark.parametrize("args, env, message", [
-    (["--bucket-cap-mb", "-1"], {}, "--bucket-cap-mb must be a positive number of MiB, got -1.0"),
-    (["--timeout", "0"], {}, "--timeout must be a positive number of seconds, got 0.0"),
-    (["--batch-size", "63"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
-     "--batch-size 63 is not divisible by the world size 2; use a multiple of 2"),
-    (["--steps", "0"], {}, "--steps must be a positive integer, got 0"),
-    (["--report", str(ROOT / "README.md" / "r.json")], {}, "README.md is a file, not a folder"),
-    ([], {"RANK": "0"}, "RANK set but LOCAL_RANK, WORLD_SIZE missing"),
-])
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--bucket-cap-mb", "-1"], {}, "--bucket-cap-mb must be a positive number of MiB, got -1.0"),
+        (["--timeout", "0"], {}, "--timeout must be a positive number of seconds, got 0.0"),
+        (
+            ["--batch-size", "63"],
+            {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
+            "--batch-size 63 is not divisible by the world size 2; use a multiple of 2",
+        ),
+        (["--steps", "0"], {}, "--steps must be a positive integer, got 0"),
+        (["--report", str(ROOT / "README.md" / "r.json")], {}, "README.md is a file, not a folder"),
+        ([], {"RANK": "0"}, "RANK set but LOCAL_RANK, WORLD_SIZE missing"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message(args, env, message, monkeypatch, capsys):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -125,9 +143,14 @@ def test_bad_input_exits_2_with_a_message(args, env, message, monkeypatch, capsy
 
 @pytest.mark.timeout(120)
 def test_the_learners_stubs_stop_the_lab_with_the_exercise_message():
-    proc = subprocess.run([sys.executable, "lab/01_ddp.py", "--impl", "exercises", "--steps", "2", *TINY],
-                          cwd=ROOT, capture_output=True, text=True, timeout=limit(100),
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "lab/01_ddp.py", "--impl", "exercises", "--steps", "2", *TINY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit(100),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 1
     assert "[rank 0] error: Exercise 1.2" in proc.stderr and "not written yet" in proc.stderr, proc.stderr[-2000:]
 
@@ -137,9 +160,23 @@ def test_bad_input_under_torchrun_ends_with_our_line():
     """Under one torchrun of two ranks, every rank refuses with its rank, and torchrun's failure
     report (its traceback, then a box) ends with our line as the root cause, not with its empty
     'To enable traceback see: ...'."""
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "lab/01_ddp.py", "--batch-size", "63"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=limit(100), env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "lab/01_ddp.py",
+            "--batch-size",
+            "63",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit(100),
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     ours = "lab/01_ddp.py: error: --batch-size 63 is not divisible by the world size 2; use a multiple of 2"
     assert proc.returncode != 0
     assert f"] {ours}" in proc.stderr and "[rank " in proc.stderr, proc.stderr[-3000:]

@@ -17,14 +17,31 @@ pytestmark = pytest.mark.lab("02")
 # Rajbhandari et al., 2020, Table 1: per-device memory (GB) for P_os, P_os+g, P_os+g+p,
 # typed from the paper. Rows: DP degree N; per model: the three stages.
 PAPER_TABLE_1 = {
-    7.5e9: {1: ("120", "120", "120"), 4: ("52.5", "41.3", "30"), 16: ("35.6", "21.6", "7.5"),
-            64: ("31.4", "16.6", "1.88"), 256: ("30.4", "15.4", "0.47"), 1024: ("30.1", "15.1", "0.12")},
-    128e9: {1: ("2048", "2048", "2048"), 4: ("896", "704", "512"), 16: ("608", "368", "128"),
-            64: ("536", "284", "32"), 256: ("518", "263", "8"), 1024: ("513", "257", "2")},
-    1e12: {1: ("16000", "16000", "16000"), 4: ("7000", "5500", "4000"), 16: ("4750", "2875", "1000"),
-           64: ("4187", "2218", "250"), 256: ("4046", "2054", "62.5"), 1024: ("4011", "2013", "15.6")},
+    7.5e9: {
+        1: ("120", "120", "120"),
+        4: ("52.5", "41.3", "30"),
+        16: ("35.6", "21.6", "7.5"),
+        64: ("31.4", "16.6", "1.88"),
+        256: ("30.4", "15.4", "0.47"),
+        1024: ("30.1", "15.1", "0.12"),
+    },
+    128e9: {
+        1: ("2048", "2048", "2048"),
+        4: ("896", "704", "512"),
+        16: ("608", "368", "128"),
+        64: ("536", "284", "32"),
+        256: ("518", "263", "8"),
+        1024: ("513", "257", "2"),
+    },
+    1e12: {
+        1: ("16000", "16000", "16000"),
+        4: ("7000", "5500", "4000"),
+        16: ("4750", "2875", "1000"),
+        64: ("4187", "2218", "250"),
+        256: ("4046", "2054", "62.5"),
+        1024: ("4011", "2013", "15.6"),
+    },
 }
-
 
 
 # --- Exercise 2.1: memory ----------------------------------------------------------------------
@@ -64,8 +81,14 @@ def test_offload(lab02):
 
 @pytest.mark.points(1)
 def test_memory_rejects_bad_input(lab02):
-    for args, kwargs in [((0, 8, 2), {}), ((-1e9, 8, 2), {}), ((1e9, 0, 2), {}), ((1e9, 8, 4), {}),
-                         ((1e9, 8, 2), {"recipe_name": "fp8"}), ((1e9, 8, 2), {"offload_params": True})]:
+    for args, kwargs in [
+        ((0, 8, 2), {}),
+        ((-1e9, 8, 2), {}),
+        ((1e9, 0, 2), {}),
+        ((1e9, 8, 4), {}),
+        ((1e9, 8, 2), {"recipe_name": "fp8"}),
+        ((1e9, 8, 2), {"offload_params": True}),
+    ]:
         with pytest.raises(ValueError):
             lab02.device_memory(*args, **kwargs)
 
@@ -77,8 +100,11 @@ SPEC = mlp.MLPSpec((12, 24, 20, 6))  # units of 312, 500, 126 elements: padding 
 
 @pytest.fixture(scope="module")
 def stage0():
-    return {(n, r): simulate.simulate(0, n, SPEC, steps=4, recipe_name=r, rows=24)
-            for n in (2, 3, 4) for r in ("fp32", "mixed")}
+    return {
+        (n, r): simulate.simulate(0, n, SPEC, steps=4, recipe_name=r, rows=24)
+        for n in (2, 3, 4)
+        for r in ("fp32", "mixed")
+    }
 
 
 @pytest.mark.points(3)
@@ -97,8 +123,9 @@ def test_zero2_holds_what_the_model_predicts(lab02):
         res = simulate.simulate(2, n, SPEC, steps=2, rows=24, step_fn=lab02.zero2_step)
         padded = [comm.padded(u, n) for u in SPEC.unit_sizes]
         expected = memory.device_memory(sum(padded), n, 2, "fp32", largest_layer=max(padded)).device
-        assert res.peak_model_state == [expected] * n, \
+        assert res.peak_model_state == [expected] * n, (
             f"N={n}: peak model state {res.peak_model_state}, expected {expected} on every worker"
+        )
 
 
 @pytest.mark.points(1)
@@ -119,10 +146,10 @@ def test_communication_per_stage(lab02):
     for stage, passes in ((0, 2), (1, 2), (2, 2), (3, 3)):
         got = comm.traffic(lab02.step_collectives(psi, stage, n)).total
         assert got == pytest.approx(passes * one * psi * 2), f"stage {stage}"
-    assert comm.traffic(lab02.step_collectives(psi, 3, n, reshard_after_forward=False)).total == \
-        pytest.approx(2 * one * psi * 2)
-    assert comm.traffic(lab02.step_collectives(psi, 0, n, recipe_name="fp32")).total == \
-        pytest.approx(2 * one * psi * 4)
+    assert comm.traffic(lab02.step_collectives(psi, 3, n, reshard_after_forward=False)).total == pytest.approx(
+        2 * one * psi * 2
+    )
+    assert comm.traffic(lab02.step_collectives(psi, 0, n, recipe_name="fp32")).total == pytest.approx(2 * one * psi * 4)
     # the paper's volumes (Section 7): 2Ψ, 2Ψ, 2Ψ, 3Ψ elements, ring factor taken as 1
     for stage, volume in zip(za.STAGES, (2, 2, 2, 3)):
         elements = sum(c.count * za.RING_PASSES[c.op] * c.elements for c in lab02.step_collectives(psi, stage, n))
@@ -155,8 +182,9 @@ def zero1(tmp_path_factory) -> dict:
     from tests.launcher import ROOT, run_ranks
     from tests.limits import limit
 
-    results, errors = run_ranks(ROOT / "tests" / "zero1_worker.py", 3, tmp_path_factory.mktemp("zero1"),
-                                timeout_s=limit(180))
+    results, errors = run_ranks(
+        ROOT / "tests" / "zero1_worker.py", 3, tmp_path_factory.mktemp("zero1"), timeout_s=limit(180)
+    )
     return {"ranks": results, "errors": errors}
 
 
@@ -166,8 +194,10 @@ def scenario(zero1: dict, size: int, optimizer: str, mode: str) -> list[dict]:
     found = []
     for rank in range(size):
         result = zero1["ranks"][rank].get(name)
-        assert result is not None, f"rank {rank} never reported {name!r}: it crashed or timed out before it " \
-                                   f"({zero1['errors'][rank].strip().splitlines()[-1:] or 'no output'})"
+        assert result is not None, (
+            f"rank {rank} never reported {name!r}: it crashed or timed out before it "
+            f"({zero1['errors'][rank].strip().splitlines()[-1:] or 'no output'})"
+        )
         assert result["ok"], f"rank {rank}, {name}: {result['error']}"
         found.append(result)
     return found
@@ -185,8 +215,9 @@ def test_trainable_parameters_leave_out_frozen_and_repeat_none(lab02):
 
     model = Toy()
     got = lab02.trainable_parameters(list(model.parameters()) + [model.head.weight, model.hidden.bias])
-    assert [id(p) for p in got] == [id(p) for p in model.parameters() if p.requires_grad], \
+    assert [id(p) for p in got] == [id(p) for p in model.parameters() if p.requires_grad], (
         "the parameters that train, each once (compare by identity), in the order given; no frozen one"
+    )
 
 
 @pytest.mark.points(1)
@@ -194,10 +225,13 @@ def test_zero1_frozen_parameters_cost_nothing_and_never_move(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
             for r in scenario(zero1, size, optimizer, "all"):
-                assert r["frozen"] == [2.0, 2.0], f"{size} ranks, {optimizer}: the frozen parameter moved: {r['frozen']}"
+                assert r["frozen"] == [2.0, 2.0], (
+                    f"{size} ranks, {optimizer}: the frozen parameter moved: {r['frozen']}"
+                )
                 assert not r["frozen_in_flat"] and r["flat_numel"] == r["trainable_numel"], (
                     f"{size} ranks: the flat buffers hold {r['flat_numel']} numbers, the trainable parameters "
-                    f"{r['trainable_numel']}: a frozen parameter costs gradient memory there")
+                    f"{r['trainable_numel']}: a frozen parameter costs gradient memory there"
+                )
 
 
 @pytest.mark.points(2)
@@ -208,7 +242,8 @@ def test_zero1_equals_plain_optimizers(zero1):
                 assert agrees(r, size), (
                     f"{size} ranks, {optimizer}: after 10 steps the weights differ from one process by "
                     f"{r['max_param_diff']:.2e} and the optimizer state by {r['max_state_diff']:.2e} "
-                    f"({'expected: bit for bit' if size == 2 else f'expected: <= {ZERO1_TOLERANCE:g}'})")
+                    f"({'expected: bit for bit' if size == 2 else f'expected: <= {ZERO1_TOLERANCE:g}'})"
+                )
 
 
 @pytest.mark.points(2)
@@ -219,10 +254,12 @@ def test_zero1_leaves_gradientless_parameters_alone(zero1):
                 assert r["untouched_checked"] > 0
                 assert not r["touched_while_unused"], (
                     f"{size} ranks, {optimizer}: a parameter no rank gave a gradient moved: "
-                    f"{', '.join(r['touched_while_unused'][:3])} (torch.optim skips a parameter whose .grad is None)")
+                    f"{', '.join(r['touched_while_unused'][:3])} (torch.optim skips a parameter whose .grad is None)"
+                )
                 assert agrees(r, size), (
                     f"{size} ranks, {optimizer}: {r['max_param_diff']:.2e} from one process (weights), "
-                    f"{r['max_state_diff']:.2e} (optimizer state)")
+                    f"{r['max_state_diff']:.2e} (optimizer state)"
+                )
 
 
 @pytest.mark.points(1)
@@ -231,4 +268,5 @@ def test_zero1_sends_the_ring_bytes(zero1):
         for r in scenario(zero1, size, "adamw", "some"):
             assert set(r["sent"]) == {r["expected_sent"]}, (
                 f"{size} ranks: sent {sorted(set(r['sent']))} bytes per step, expected {r['expected_sent']}: "
-                "the usage marks all-reduced, each gradient reduce-scattered, the weights all-gathered, on Lab 01's ring")
+                "the usage marks all-reduced, each gradient reduce-scattered, the weights all-gathered, on Lab 01's ring"
+            )

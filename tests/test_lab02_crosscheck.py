@@ -24,9 +24,24 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab02") / "lab02.json"
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([str(torchrun), "--nproc_per_node=2", "--master_addr=127.0.0.1",
-                           f"--master_port={free_port()}", "lab/02_crosscheck.py", "--steps", "3",
-                           "--report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(300))
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "lab/02_crosscheck.py",
+            "--steps",
+            "3",
+            "--report",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
 
@@ -42,6 +57,7 @@ def test_bytes_per_rank_agree_with_the_model(report):
     # ZeRO-1 adds the all-reduce of its usage marks (one byte per parameter tensor, as DDP's
     # find_unused_parameters) and of the squared norm for gradient clipping (4 bytes)
     from minigpt.train import TrainConfig, build_model
+
     tensors = len([p for p in build_model(TrainConfig()).parameters() if p.requires_grad])
     assert data["variants"]["ddp"]["bytes_sent_per_step"] == 4 * psi
     assert data["variants"]["zero1"]["bytes_sent_per_step"] == 4 * psi + tensors + 4
@@ -59,8 +75,9 @@ def test_model_states_agree_with_the_model(report):
     zero1 = data["variants"]["zero1"]["model_states_after_step"]
     assert zero1["optimizer"] == pytest.approx(8 * psi / n, rel=1e-3)
     assert zero1["parameters"] == 4 * psi and zero1["gradients"] == 4 * psi
-    assert data["variants"]["fsdp2"]["model_states_after_step"]["total"] == \
-        pytest.approx(data["variants"]["ddp"]["model_states_after_step"]["total"] / n, rel=1e-3)
+    assert data["variants"]["fsdp2"]["model_states_after_step"]["total"] == pytest.approx(
+        data["variants"]["ddp"]["model_states_after_step"]["total"] / n, rel=1e-3
+    )
     # every rank measured the same bytes; model states differ only by uneven chunks: ZeRO-1's
     # chunks differ by one element, and FSDP2's last rank holds one row less of the 609-row
     # embedding's optimizer state (its weight shard is padded, Adam's m and v are not)
@@ -78,10 +95,18 @@ def test_every_step_matches_one_process(report):
 
 
 def test_bad_input_exits_2_before_any_process_group():
-    for args, message in [(["--steps", "0"], "--steps must be at least 1, got 0"),
-                          (["--variants", "ddp,zero9"], "unknown variant 'zero9'")]:
-        proc = subprocess.run([sys.executable, "lab/02_crosscheck.py", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=limit(60), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for args, message in [
+        (["--steps", "0"], "--steps must be at least 1, got 0"),
+        (["--variants", "ddp,zero9"], "unknown variant 'zero9'"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "lab/02_crosscheck.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=limit(60),
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
@@ -125,6 +150,12 @@ else:
     raise AssertionError("state_dict() should be refused")
 print("ok")
 """
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=limit(120),
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -39,16 +39,18 @@ def test_unit_collectives_pad_each_unit():
     # unit 0 padded 5 -> 8: one all-gather + one reduce-scatter; unit 1: two all-gathers + one
     sent = sum(c.bytes_sent for c in cs)
     assert sent == pytest.approx(3 / 4 * 4 * (8 * 2 + 8 * 3))
-    assert sum(c.bytes_sent for c in comm.unit_collectives(units, 0, 4, 4, 4, pad=False)) == \
-        pytest.approx(2 * 3 / 4 * 4 * 13)
+    assert sum(c.bytes_sent for c in comm.unit_collectives(units, 0, 4, 4, 4, pad=False)) == pytest.approx(
+        2 * 3 / 4 * 4 * 13
+    )
 
 
 def test_activation_memory():
     s, b, h, a, layers = 2048, 1, 4096, 32, 32
     per_layer = s * b * h * (34 + 5 * a * s / h)  # Korthikanti et al., Table 2
     assert memory.activation_bytes(layers, s, b, h, a) == pytest.approx(layers * per_layer)
-    assert memory.activation_bytes(layers, s, b, h, a, checkpointing=True) == \
-        pytest.approx(layers * 2 * s * b * h + per_layer)
+    assert memory.activation_bytes(layers, s, b, h, a, checkpointing=True) == pytest.approx(
+        layers * 2 * s * b * h + per_layer
+    )
 
 
 @pytest.mark.parametrize("recipe_name", ["fp32", "mixed"])
@@ -81,10 +83,15 @@ def test_the_simulated_model_learns():
 def test_timeline_of_a_zero3_step():
     run = simulate.simulate(3, 2, mlp.MLPSpec((8, 16, 4)), steps=1, rows=4)
     labels = [(e.label, e.collective) for e in run.timeline]
-    assert labels == [("forward 0", "all-gather weights 0"), ("forward 1", "all-gather weights 1"),
-                      ("backward 1", "all-gather weights 1"), ("backward 1", "reduce-scatter gradients 1"),
-                      ("backward 0", "all-gather weights 0"), ("backward 0", "reduce-scatter gradients 0"),
-                      ("update", None)]
+    assert labels == [
+        ("forward 0", "all-gather weights 0"),
+        ("forward 1", "all-gather weights 1"),
+        ("backward 1", "all-gather weights 1"),
+        ("backward 1", "reduce-scatter gradients 1"),
+        ("backward 0", "all-gather weights 0"),
+        ("backward 0", "reduce-scatter gradients 0"),
+        ("update", None),
+    ]
     # while unit 1's gradient is reduce-scattered, its gathered weights (16*4+4 = 68 elements)
     # and its whole gradient are both held: 2 x 68 x 4 bytes of working buffer
     assert run.timeline[3].held["working"] == 2 * 68 * 4
@@ -105,18 +112,26 @@ def test_simulator_rejects_bad_input():
 def _cli(*args: str):
     import subprocess
     import sys
+
     script = Path(__file__).resolve().parents[1] / "lab" / "02_zero.py"
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=limit(60))
 
 
 def test_cli_memory_and_comm_json_give_exact_bytes():
     import json
+
     out = json.loads(_cli("memory", "--params", "7.5e9", "--dp", "64", "--json").stdout)
-    assert [round(m["device"]) for m in out["stages"].values()] == \
-        [round(16 * 7.5e9), round(4 * 7.5e9 + 12 * 7.5e9 / 64), round(2 * 7.5e9 + 14 * 7.5e9 / 64), round(16 * 7.5e9 / 64)]
+    assert [round(m["device"]) for m in out["stages"].values()] == [
+        round(16 * 7.5e9),
+        round(4 * 7.5e9 + 12 * 7.5e9 / 64),
+        round(2 * 7.5e9 + 14 * 7.5e9 / 64),
+        round(16 * 7.5e9 / 64),
+    ]
     text = _cli("memory", "--params", "7.5e9", "--dp", "64").stdout
     assert "31.4 GB" in text and "16.6 GB" in text and "1.88 GB" in text  # the paper's Table 1 row N = 64
-    hsdp = json.loads(_cli("comm", "--params", "1e9", "--nodes", "4", "--gpus-per-node", "8", "--hsdp", "--json").stdout)
+    hsdp = json.loads(
+        _cli("comm", "--params", "1e9", "--nodes", "4", "--gpus-per-node", "8", "--hsdp", "--json").stdout
+    )
     assert (hsdp["shard_degree"], hsdp["replicas"]) == (8, 4)
     z3 = hsdp["stages"]["ZeRO-3"]
     assert z3["inside"] == pytest.approx(7 / 8 * 1e9 * 6) and z3["across"] == pytest.approx(2 * 3 / 4 * 1e9 / 8 * 2)
@@ -124,18 +139,30 @@ def test_cli_memory_and_comm_json_give_exact_bytes():
     assert "71.69 GiB" in ds and "6.09 GiB" in ds
 
 
-@pytest.mark.parametrize("args, message", [
-    (["memory", "--params", "-1", "--dp", "4"], "--params must be positive, got -1"),
-    (["memory", "--params", "0", "--dp", "4"], "--params must be positive, got 0"),
-    (["memory", "--params", "1e9", "--dp", "4", "--stage", "5"], "stage 5 does not exist"),
-    (["memory", "--params", "1e9", "--dp", "0"], "--dp must be a positive integer, got 0"),
-    (["memory", "--params", "1e9", "--dp", "8", "--shard-degree", "3"], "shard_degree 3 does not divide the world size 8"),
-    (["comm", "--params", "1e9", "--dp", "8", "--shard-degree", "2", "--replicas", "3"], "the product must equal the world size"),
-    (["memory", "--params", "1e9", "--dp", "8", "--nodes", "3"], "--dp 8 is not a whole number"),
-    (["memory", "--params", "1e9", "--dp", "8", "--stage", "2", "--offload-params"], "--offload-params needs stage 3"),
-    (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer must be >= 0"),
-    (["simulate", "--workers", "0"], "n_workers must be a positive integer, got 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["memory", "--params", "-1", "--dp", "4"], "--params must be positive, got -1"),
+        (["memory", "--params", "0", "--dp", "4"], "--params must be positive, got 0"),
+        (["memory", "--params", "1e9", "--dp", "4", "--stage", "5"], "stage 5 does not exist"),
+        (["memory", "--params", "1e9", "--dp", "0"], "--dp must be a positive integer, got 0"),
+        (
+            ["memory", "--params", "1e9", "--dp", "8", "--shard-degree", "3"],
+            "shard_degree 3 does not divide the world size 8",
+        ),
+        (
+            ["comm", "--params", "1e9", "--dp", "8", "--shard-degree", "2", "--replicas", "3"],
+            "the product must equal the world size",
+        ),
+        (["memory", "--params", "1e9", "--dp", "8", "--nodes", "3"], "--dp 8 is not a whole number"),
+        (
+            ["memory", "--params", "1e9", "--dp", "8", "--stage", "2", "--offload-params"],
+            "--offload-params needs stage 3",
+        ),
+        (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer must be >= 0"),
+        (["simulate", "--workers", "0"], "n_workers must be a positive integer, got 0"),
+    ],
+)
 def test_cli_bad_input_exits_2_and_names_the_value(args, message):
     proc = _cli(*args)
     assert proc.returncode == 2 and message in proc.stderr and proc.stdout == "", proc.stderr
@@ -143,6 +170,7 @@ def test_cli_bad_input_exits_2_and_names_the_value(args, message):
 
 def test_the_simulator_command_holds_every_stage_against_the_model():
     import json
+
     out = json.loads(_cli("simulate", "--workers", "3", "--json").stdout)
     for name, r in out["stages"].items():
         assert r["same_weights_as_ddp"], name
@@ -152,6 +180,9 @@ def test_the_simulator_command_holds_every_stage_against_the_model():
 def test_the_zero_package_never_imports_torch():
     import subprocess
     import sys
-    code = ("import sys, minigpt.runners.lab02_zero, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
-            "assert 'torch' not in sys.modules, 'torch was imported'")
+
+    code = (
+        "import sys, minigpt.runners.lab02_zero, minigpt.zero.simulate, minigpt.zero.comm, minigpt.zero.memory; "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=limit(60))

@@ -37,20 +37,29 @@ def stated_numbers(lang: str) -> list[str]:
     # the first, broken, version skipped the root's all-gather: (N-1)/N of the padded root, 4 bytes each
     from minigpt.runners.lab02_crosscheck import fsdp2_unit_sizes
     from minigpt.train import TrainConfig, build_model
+
     _, padded_units = fsdp2_unit_sizes(build_model(TrainConfig()), n)
     without_root = fsdp["prediction"]["bytes"] - (n - 1) / n * 4 * padded_units[0]
     worst_drift = max(r["step_drift"]["max"] for r in v.values())
     one = [simulate.simulate(stage, 1, steps=1, rows=32).peak_model_state[0] for stage in (0, 2, 3)]
     ds2 = memory.deepspeed_rows(2, 2851e6, gpus_per_node=8)[1].gpu / 2**30
     return [
-        num(psi, lang), num(ddp["bytes_sent_per_step"], lang), num(zero1["model_states_after_step"]["optimizer"], lang),
-        f"plus {zero1['bytes_sent_per_step'] - ddp['bytes_sent_per_step']}" if lang == "en"
+        num(psi, lang),
+        num(ddp["bytes_sent_per_step"], lang),
+        num(zero1["model_states_after_step"]["optimizer"], lang),
+        f"plus {zero1['bytes_sent_per_step'] - ddp['bytes_sent_per_step']}"
+        if lang == "en"
         else f"más {zero1['bytes_sent_per_step'] - ddp['bytes_sent_per_step']}",
-        f"{(zero1['model_states_after_step']['optimizer'] - 8 * psi // n) // 4} pieces" if lang == "en"
+        f"{(zero1['model_states_after_step']['optimizer'] - 8 * psi // n) // 4} pieces"
+        if lang == "en"
         else f"{(zero1['model_states_after_step']['optimizer'] - 8 * psi // n) // 4} piezas",
-        num(fsdp["bytes_sent_per_step"], lang), num(fsdp["prediction"]["bytes_unpadded"], lang),
-        num(fsdp["model_states_after_step"]["total"], lang), str(fsdp["prediction"]["padding_elements"]),
-        pct((fsdp["prediction"]["bytes"] - fsdp["prediction"]["bytes_unpadded"]) / fsdp["prediction"]["bytes"], lang, 3),
+        num(fsdp["bytes_sent_per_step"], lang),
+        num(fsdp["prediction"]["bytes_unpadded"], lang),
+        num(fsdp["model_states_after_step"]["total"], lang),
+        str(fsdp["prediction"]["padding_elements"]),
+        pct(
+            (fsdp["prediction"]["bytes"] - fsdp["prediction"]["bytes_unpadded"]) / fsdp["prediction"]["bytes"], lang, 3
+        ),
         pct(fsdp["model_states_after_step"]["total"] / ddp["model_states_after_step"]["total"], lang, 0),
         f"{ddp_optimizer_extra} bytes",
         str(ddp_optimizer_extra // 4),
@@ -78,6 +87,7 @@ def test_the_crosscheck_table_is_rendered_from_the_measurement():
 @pytest.mark.parametrize("lang", ["en", "es"])
 def test_the_points_table_adds_up(pages, lang):
     import re
+
     rows = re.findall(r"^\| 2\.(\d) \|.*\| (\d+) \|$", pages[lang], re.M)
     assert [e for e, _ in rows] == ["1", "2", "3", "4", "5"]
     assert sum(int(p) for _, p in rows) == lab_points("02")

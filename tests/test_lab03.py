@@ -25,17 +25,20 @@ PREFETCH = json.loads((ROOT / "lab" / "results" / "03-prefetch-cpu.json").read_t
 PRACTICE = json.loads((ROOT / "lab" / "results" / "03-practice-cpu.json").read_text())
 
 
-
 def check_against_the_real_run(lab03, variants: list[str]) -> None:
     n_blocks = PREFETCH["n_layer"]
     for variant in variants:
         predicted = lab03.predict_event_order(n_blocks, variant)
         for rank, recorded in enumerate(PREFETCH["variants"][variant]["schedule"]):
             if predicted != recorded:
-                first = next((i for i, (a, b) in enumerate(zip(predicted, recorded)) if a != b),
-                             min(len(predicted), len(recorded)))
-                pytest.fail(f"{variant}, rank {rank}: yours and the real run differ at event {first}: "
-                            f"yours {predicted[first:first + 3]}, the run {recorded[first:first + 3]}")
+                first = next(
+                    (i for i, (a, b) in enumerate(zip(predicted, recorded)) if a != b),
+                    min(len(predicted), len(recorded)),
+                )
+                pytest.fail(
+                    f"{variant}, rank {rank}: yours and the real run differ at event {first}: "
+                    f"yours {predicted[first : first + 3]}, the run {recorded[first : first + 3]}"
+                )
 
 
 # --- Exercise 3.1: predict the order -----------------------------------------------------------
@@ -94,7 +97,7 @@ def test_global_norm_from_shards_is_the_norm_of_the_whole(lab03, norm_type):
 @pytest.mark.points(1)
 def test_the_real_runs_norms(lab03):
     clip = PRACTICE["clipping"]
-    terms = [x ** 2 for x in clip["local_norms"]]  # what each rank measured of its own shard
+    terms = [x**2 for x in clip["local_norms"]]  # what each rank measured of its own shard
     ours = lab03.global_grad_norm_from_shards(terms)
     assert ours == pytest.approx(clip["single_process_norm"], rel=1e-6)  # one process, whole gradient
     assert all(local < ours for local in clip["local_norms"])

@@ -40,14 +40,20 @@ def stated_numbers(lang: str) -> list[str]:
     times = [1000 * x["median_step_s"] for x in v.values()]
     sgd = PRACTICE["clipping"]["optimizers"]["sgd"]["drift_per_step"]
     return [
-        str(sum(len(s.annotations) for s in annotations.SECTIONS)), str(lab_points("03")),
-        num(sent("fsdp2-implicit"), lang), num(sent("fsdp2-no-reshard"), lang), num(sent("fsdp1-backward-pre"), lang),
+        str(sum(len(s.annotations) for s in annotations.SECTIONS)),
+        str(lab_points("03")),
+        num(sent("fsdp2-implicit"), lang),
+        num(sent("fsdp2-no-reshard"), lang),
+        num(sent("fsdp1-backward-pre"), lang),
         f"{calls['all-gather']} all-gathers",
         f"{calls['reduce-scatter']} reduce-scatters",
         sci(math.ceil(worst * 1e7) / 1e7, lang),  # "1.3e-6", rounded up: "within" it
-        str(int(min(times))), str(int(round(max(times)))),
-        num(sgd["local"][0], lang, 2), sci(sgd["global"][0], lang),
-        str(PREFETCH["steps"]), PREFETCH["date"],
+        str(int(min(times))),
+        str(int(round(max(times)))),
+        num(sgd["local"][0], lang, 2),
+        sci(sgd["global"][0], lang),
+        str(PREFETCH["steps"]),
+        PREFETCH["date"],
     ]
 
 
@@ -65,8 +71,9 @@ def test_every_number_in_the_prose_is_measured(pages, lang):
 
 def test_padding_and_the_variants_agree_with_the_page(pages):
     v = PREFETCH["variants"]
-    diff = (sum(v["fsdp2-implicit"]["sent_bytes_per_step"][0].values())
-            - sum(v["fsdp1-backward-pre"]["sent_bytes_per_step"][0].values()))
+    diff = sum(v["fsdp2-implicit"]["sent_bytes_per_step"][0].values()) - sum(
+        v["fsdp1-backward-pre"]["sent_bytes_per_step"][0].values()
+    )
     # 96 padding elements of 4 bytes in the root's one all-gather and one reduce-scatter, of which
     # a rank sends (N-1)/N = 1/2
     assert diff == 96 * 4 * 2 // 2

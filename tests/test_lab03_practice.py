@@ -50,8 +50,9 @@ def run_lab(args: list[str], world_size: int, timeout_s: float | None = None) ->
 def launched(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("lab03-practice")
     report, out_dir = tmp / "report.json", tmp / "checkpoints"
-    ranks = run_lab(["--steps", str(STEPS), "--batch-size", str(BATCH), "--report", str(report),
-                     "--out-dir", str(out_dir)], WORLD)
+    ranks = run_lab(
+        ["--steps", str(STEPS), "--batch-size", str(BATCH), "--report", str(report), "--out-dir", str(out_dir)], WORLD
+    )
     for rank, r in enumerate(ranks):
         assert r.returncode == 0, f"rank {rank} exited {r.returncode}:\n{r.stderr[-3000:]}"
     return {"report": json.loads(report.read_text()), "out_dir": out_dir, "stdout": ranks[0].stdout}
@@ -65,8 +66,9 @@ def model() -> MiniGPT:
 
 def padded_bytes(params, world_size: int = WORLD) -> int:
     """Bytes FSDP2 stores for these parameters across all ranks: dim 0 padded to a multiple of W."""
-    return sum(math.ceil(p.shape[0] / world_size) * world_size * (p.numel() // p.shape[0]) * p.element_size()
-               for p in params)
+    return sum(
+        math.ceil(p.shape[0] / world_size) * world_size * (p.numel() // p.shape[0]) * p.element_size() for p in params
+    )
 
 
 def expected_units(model: MiniGPT, policy: str) -> list[tuple[str, list[nn.Parameter]]]:
@@ -76,7 +78,9 @@ def expected_units(model: MiniGPT, policy: str) -> list[tuple[str, list[nn.Param
     elif policy == "block":
         inner = [(f"blocks.{i}", b) for i, b in enumerate(model.blocks)]
     else:  # every Linear, except lm_head: its weight is the embedding's, which the root holds
-        inner = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight is not model.wte.weight]
+        inner = [
+            (n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight is not model.wte.weight
+        ]
     taken = {id(p) for _, m in inner for p in m.parameters()}
     root = [p for p in model.parameters() if id(p) not in taken]
     return [("(root)", root)] + [(n, list(m.parameters())) for n, m in inner]
@@ -209,8 +213,12 @@ def test_wrap_policy_units_and_collectives(launched, model, policy):
     assert r["unit_elements"] == [sum(p.numel() for p in params) for _, params in units]
     gathered = padded_bytes(units[0][1]) + 2 * sum(padded_bytes(params) for _, params in units[1:])
     for counted in r["collectives_per_step"]:
-        assert counted == {"all_gathers": 2 * n - 1, "reduce_scatters": n, "all_gather_bytes": gathered,
-                           "reduce_scatter_bytes": padded_bytes(model.parameters())}
+        assert counted == {
+            "all_gathers": 2 * n - 1,
+            "reduce_scatters": n,
+            "all_gather_bytes": gathered,
+            "reduce_scatter_bytes": padded_bytes(model.parameters()),
+        }
     # after forward only the root is still gathered (and the sharded state is untouched)
     census = r["census"]
     assert census["forward"]["gathered"] == padded_bytes(units[0][1])
@@ -308,32 +316,53 @@ def test_model_state_bytes_census():
     layer = nn.Linear(100, 50)
     optimizer = torch.optim.AdamW(layer.parameters())
     params = (100 * 50 + 50) * 4
-    assert model_state_bytes(layer, optimizer) == {"parameters": params, "gradients": 0, "optimizer": 0,
-                                                   "gathered": 0, "extra": 0, "total": params}
+    assert model_state_bytes(layer, optimizer) == {
+        "parameters": params,
+        "gradients": 0,
+        "optimizer": 0,
+        "gathered": 0,
+        "extra": 0,
+        "total": params,
+    }
     layer(torch.randn(3, 100)).sum().backward()
     optimizer.step()
     extra = torch.zeros(10)
     counted = model_state_bytes(layer, optimizer, extra=[extra, extra[:5], layer.weight])  # views count once
-    assert counted == {"parameters": params, "gradients": params, "optimizer": 2 * params + 2 * 4,
-                       "gathered": 0, "extra": 40, "total": 4 * params + 8 + 40}
+    assert counted == {
+        "parameters": params,
+        "gradients": params,
+        "optimizer": 2 * params + 2 * 4,
+        "gathered": 0,
+        "extra": 40,
+        "total": 4 * params + 8 + 40,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
 # the command line and the rendered results
 
 
-@pytest.mark.parametrize("args, named", [(["--only", "wrap,nope"], "nope"), (["--steps", "1"], "got 1"),
-                                         (["--report", "/dev/null/r.json"], "/dev/null is a file"),
-                                         (["--report", "r.txt"], "r.txt"),
-                                         (["--batch-size", "0"], "got 0")])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--only", "wrap,nope"], "nope"),
+        (["--steps", "1"], "got 1"),
+        (["--report", "/dev/null/r.json"], "/dev/null is a file"),
+        (["--report", "r.txt"], "r.txt"),
+        (["--batch-size", "0"], "got 0"),
+    ],
+)
 def test_bad_values_exit_2(args, named, tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=limit(60))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=limit(60)
+    )
     assert done.returncode == 2 and named in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def _lab_module():
     from minigpt.pages import lab03_practice
+
     return lab03_practice
 
 
@@ -341,9 +370,10 @@ def test_render_both_languages(launched, tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(launched["report"]))
     written = _lab_module().render(path)
-    assert sorted(p.name for p in written) == sorted([f"report-{lang}.txt" for lang in ("en", "es")]
-                                                     + [f"report-{kind}-{lang}.png" for lang in ("en", "es")
-                                                        for kind in ("memory", "ac")])
+    assert sorted(p.name for p in written) == sorted(
+        [f"report-{lang}.txt" for lang in ("en", "es")]
+        + [f"report-{kind}-{lang}.png" for lang in ("en", "es") for kind in ("memory", "ac")]
+    )
     en, es = ((tmp_path / f"report-{lang}.txt").read_text().splitlines() for lang in ("en", "es"))
     assert len(en) == len(es)
     for name in DEMOS:

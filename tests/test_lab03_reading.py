@@ -41,7 +41,9 @@ NUMBER = {a.key: i for i, a in enumerate(ANNOTATIONS, start=1)}
 COPY_LIMIT = 60  # a note may share at most this many characters in a row with torch's text
 # The files the notes are about, plus the two whose docstrings they paraphrase.
 TORCH_TEXTS = sorted({a.module for a in ANNOTATIONS}) + [
-    "torch.distributed.fsdp.fully_sharded_data_parallel", "torch.distributed.fsdp.api"]
+    "torch.distributed.fsdp.fully_sharded_data_parallel",
+    "torch.distributed.fsdp.api",
+]
 
 
 def squash(text: str) -> str:
@@ -72,8 +74,9 @@ def function_range(annotation: Annotation) -> tuple[Path, int, int]:
     body = parsed(path).body
     node = None
     for part in annotation.qualname.split("."):
-        node = next(n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                    and n.name == part)
+        node = next(
+            n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == part
+        )
         body = node.body
     first = min([node.lineno] + [d.lineno for d in node.decorator_list])
     return path, first, node.end_lineno
@@ -95,8 +98,14 @@ def test_notes_are_complete_in_both_languages():
     keys = [a.key for a in ANNOTATIONS]
     assert len(keys) == len(set(keys)), "duplicate keys"
     assert 20 <= len(ANNOTATIONS) <= 40
-    assert [s.name for s in SECTIONS] == ["fsdp2-forward", "fsdp2-backward", "fsdp2-explicit",
-                                          "fsdp1-prefetch", "fsdp1-exec-order", "fsdp1-rate-limiter"]
+    assert [s.name for s in SECTIONS] == [
+        "fsdp2-forward",
+        "fsdp2-backward",
+        "fsdp2-explicit",
+        "fsdp1-prefetch",
+        "fsdp1-exec-order",
+        "fsdp1-rate-limiter",
+    ]
     for section in SECTIONS:
         assert section.annotations, section.name
         for text in (section.title_en, section.title_es, section.intro_en, section.intro_es):
@@ -112,13 +121,16 @@ def test_notes_are_complete_in_both_languages():
 def torch_windows() -> frozenset[str]:
     """Every COPY_LIMIT-character stretch of the torch files the notes are about (spaces squashed)."""
     text = " ".join(squash(module_file(m).read_text(encoding="utf-8")) for m in TORCH_TEXTS)
-    return frozenset(text[i:i + COPY_LIMIT] for i in range(len(text) - COPY_LIMIT + 1))
+    return frozenset(text[i : i + COPY_LIMIT] for i in range(len(text) - COPY_LIMIT + 1))
 
 
 def copied_from_torch(text: str) -> list[str]:
     text = squash(text)
-    return [text[i:i + COPY_LIMIT] for i in range(len(text) - COPY_LIMIT + 1)
-            if text[i:i + COPY_LIMIT] in torch_windows()]
+    return [
+        text[i : i + COPY_LIMIT]
+        for i in range(len(text) - COPY_LIMIT + 1)
+        if text[i : i + COPY_LIMIT] in torch_windows()
+    ]
 
 
 def test_no_note_copies_torch_text():
@@ -133,7 +145,7 @@ def test_no_note_copies_torch_text():
 
 def test_the_copy_guard_catches_a_pasted_line():
     path, line = anchored_line(PENDING)
-    pasted = " ".join(file_lines(path)[line - 1:line + 3])  # four lines of torch, re-indented
+    pasted = " ".join(file_lines(path)[line - 1 : line + 3])  # four lines of torch, re-indented
     assert copied_from_torch(PENDING.en + " For example: " + pasted)
     assert not copied_from_torch(PENDING.en + " " + PENDING.anchor)  # an anchor alone is short
 
@@ -165,16 +177,27 @@ PENDING = BY_KEY["fsdp2.unshard.pending"]
 COPY_OUT = BY_KEY["fsdp2.wait_for_unshard.copy_out"]
 
 
-@pytest.mark.parametrize("bad, says", [
-    (broken(PENDING, anchor=PENDING.anchor + " and renamed"), "anchor not found"),
-    (broken(BY_KEY["fsdp1.limiter.two_in_flight"], anchor="_max_num_inflight_all_gathers = 3"), "anchor not found"),
-    (broken(PENDING, anchor=COPY_OUT.anchor), "anchor not found"),  # in the file, not in unshard
-    (broken(PENDING, anchor="self."), "must match exactly one"),
-    (broken(PENDING, qualname="FSDPParamGroup.unshard_renamed"), "not found"),
-    (broken(PENDING, qualname="FSDPParamGroupRenamed.unshard"), "not found"),
-    (broken(PENDING, module=PENDING.module + "_moved"), "cannot be imported"),
-], ids=["changed-anchor", "changed-constant", "anchor-outside-function", "ambiguous-anchor",
-        "missing-method", "missing-class", "missing-module"])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (broken(PENDING, anchor=PENDING.anchor + " and renamed"), "anchor not found"),
+        (broken(BY_KEY["fsdp1.limiter.two_in_flight"], anchor="_max_num_inflight_all_gathers = 3"), "anchor not found"),
+        (broken(PENDING, anchor=COPY_OUT.anchor), "anchor not found"),  # in the file, not in unshard
+        (broken(PENDING, anchor="self."), "must match exactly one"),
+        (broken(PENDING, qualname="FSDPParamGroup.unshard_renamed"), "not found"),
+        (broken(PENDING, qualname="FSDPParamGroupRenamed.unshard"), "not found"),
+        (broken(PENDING, module=PENDING.module + "_moved"), "cannot be imported"),
+    ],
+    ids=[
+        "changed-anchor",
+        "changed-constant",
+        "anchor-outside-function",
+        "ambiguous-anchor",
+        "missing-method",
+        "missing-class",
+        "missing-module",
+    ],
+)
 def test_a_broken_annotation_is_reported_by_its_key(bad: Annotation, says: str):
     problems = reading.check_anchors([bad])
     assert len(problems) == 1
@@ -199,8 +222,9 @@ def test_check_command_exits_1_naming_a_changed_anchor(monkeypatch, capsys):
 
 
 def run_reading(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "lab/03_fsdp_reading.py", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=limit(120))
+    return subprocess.run(
+        [sys.executable, "lab/03_fsdp_reading.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=limit(120)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -271,12 +295,15 @@ def test_bad_lang_exits_2_naming_the_value():
     assert all(re.search(rf"\b{lang}\b", proc.stderr) for lang in ("fr", "en", "es")), proc.stderr
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--section", "fsdp3"], "'fsdp3' is not a section; choose from: fsdp2-forward"),
-    (["--key", "fsdp2.nothing"], "'fsdp2.nothing' is not a note key; choose from: fsdp2.root_pre_forward"),
-    (["--markdown", "."], "--markdown '.': give a file name"),
-    (["--markdown", "/dev/null/x.md"], "/dev/null is a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--section", "fsdp3"], "'fsdp3' is not a section; choose from: fsdp2-forward"),
+        (["--key", "fsdp2.nothing"], "'fsdp2.nothing' is not a note key; choose from: fsdp2.root_pre_forward"),
+        (["--markdown", "."], "--markdown '.': give a file name"),
+        (["--markdown", "/dev/null/x.md"], "/dev/null is a file, not a folder"),
+    ],
+)
 def test_bad_flag_values_exit_2(args, says, capsys):
     try:
         code = reading_command.main(args)  # our path checks return 2 ...
@@ -322,8 +349,8 @@ def test_markdown_fragment_shows_real_lines_with_the_right_numbers(lang):
             assert path is not None and fence.group(3) == path.name
             blocks += 1
             end = rows.index("```", i + 1)
-            block = rows[i + 1:end]
-            assert block == file_lines(path)[start - 1:start - 1 + len(block)], f"{path.name}:{start}"
+            block = rows[i + 1 : end]
+            assert block == file_lines(path)[start - 1 : start - 1 + len(block)], f"{path.name}:{start}"
             for mark in marks.split():
                 highlighted.setdefault(path, set()).add(start + int(mark) - 1)
             i = end
@@ -346,8 +373,9 @@ def test_markdown_renders_with_the_site_extensions():
     the fragment as the site does and check that every highlighted line holds an anchor."""
     import markdown
 
-    html_out = markdown.markdown(reading_page.render_markdown("en"), extensions=[
-        "attr_list", "pymdownx.superfences", "pymdownx.highlight"])
+    html_out = markdown.markdown(
+        reading_page.render_markdown("en"), extensions=["attr_list", "pymdownx.superfences", "pymdownx.highlight"]
+    )
     spans = re.findall(r'<span class="hll">(.*?)\n</span>', html_out, flags=re.S)
     texts = [html.unescape(re.sub(r"<[^>]+>", "", span)) for span in spans]
     assert len(texts) == len({anchored_line(a) for a in ANNOTATIONS})

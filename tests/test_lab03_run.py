@@ -28,8 +28,13 @@ WORLD, STEPS = 2, 3
 FLOAT32 = 4
 FORWARD_PREFETCH = {"fsdp2-explicit-forward", "fsdp2-async-explicit", "fsdp1-forward-prefetch"}
 BACKWARD_DEPTH_2 = {"fsdp2-explicit-backward", "fsdp2-async-explicit"}
-BACKWARD_PRE_DEPTH_1 = {"fsdp2-implicit", "fsdp2-explicit-forward", "fsdp2-async-unshard",
-                        "fsdp1-backward-pre", "fsdp1-forward-prefetch"}
+BACKWARD_PRE_DEPTH_1 = {
+    "fsdp2-implicit",
+    "fsdp2-explicit-forward",
+    "fsdp2-async-unshard",
+    "fsdp1-backward-pre",
+    "fsdp1-forward-prefetch",
+}
 ASYNC = {"fsdp2-async-unshard", "fsdp2-async-explicit"}
 
 
@@ -38,9 +43,23 @@ def lab_run(tmp_path_factory) -> dict:
     """The report of one 2-rank run of every variant, and where its trace files are."""
     out = tmp_path_factory.mktemp("lab03")
     report, traces = out / "report.json", out / "traces"
-    results, errors = run_ranks(ROOT / "tests" / "fsdp_worker.py", WORLD, out, timeout_s=limit(240),
-                                args=["--variants", "all", "--steps", str(STEPS), "--report", str(report),
-                                      "--trace-dir", str(traces), "--quiet"])
+    results, errors = run_ranks(
+        ROOT / "tests" / "fsdp_worker.py",
+        WORLD,
+        out,
+        timeout_s=limit(240),
+        args=[
+            "--variants",
+            "all",
+            "--steps",
+            str(STEPS),
+            "--report",
+            str(report),
+            "--trace-dir",
+            str(traces),
+            "--quiet",
+        ],
+    )
     for rank, (result, error) in enumerate(zip(results, errors)):
         assert result.get("exit_code") == 0, f"rank {rank}: {result} {error}"
     return {"report": json.loads(report.read_text()), "traces": traces, "json": report}
@@ -103,7 +122,9 @@ def test_counts_and_bytes_per_rank_follow_from_the_shard_sizes(lab_run):
         for rank in range(WORLD):
             assert r["sent_bytes_per_step"][rank] == {
                 "all-gather": sends * sum(size[u] for u in gathered),
-                "reduce-scatter": sends * sum(size.values()), "all-reduce": 0}, (name, rank)
+                "reduce-scatter": sends * sum(size.values()),
+                "all-reduce": 0,
+            }, (name, rank)
             assert r["output_bytes_per_step"][rank]["all-gather"] == FLOAT32 * sum(size[u] for u in gathered)
             assert r["input_bytes_per_step"][rank]["all-gather"] == FLOAT32 * sum(size[u] for u in gathered) / WORLD
             assert r["input_bytes_per_step"][rank]["reduce-scatter"] == FLOAT32 * sum(size.values())
@@ -182,7 +203,10 @@ def test_render_writes_the_tables_and_figures_of_a_report(lab_run, tmp_path):
     path = tmp_path / "03-prefetch-test.json"
     path.write_text(json.dumps(report))
     assert main(["--render", str(path)]) == 0
-    english, spanish = (tmp_path / "03-prefetch-test-en.txt").read_text(), (tmp_path / "03-prefetch-test-es.txt").read_text()
+    english, spanish = (
+        (tmp_path / "03-prefetch-test-en.txt").read_text(),
+        (tmp_path / "03-prefetch-test-es.txt").read_text(),
+    )
     assert "| fsdp1-backward-post | 9 | 5 | 0 |" in english and "| fsdp1-backward-post | 9 | 5 | 0 |" in spanish
     assert "deriva máxima por paso" in spanish and "R 0 1 2 3 \\| 3 2 1 0" in english
     for name in report["variants"]:
@@ -193,14 +217,29 @@ def test_render_writes_the_tables_and_figures_of_a_report(lab_run, tmp_path):
 def test_bad_input_exits_2_naming_the_value_before_any_process_group(tmp_path):
     """Rank 0 of a world of 2 whose rank 1 never comes: joining the group would wait for it, so
     a quick exit 2 shows the input was refused first."""
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     report = tmp_path / "report.json"
     cases = {"'nope'": ["--variants", "fsdp2-implicit,nope"], "got 0": ["--steps", "0"]}
-    procs = {expected: subprocess.Popen([sys.executable, "lab/03_fsdp_prefetch.py", *args, "--report", str(report),
-                                         "--timeout", "60"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-             for expected, args in cases.items()}
+    procs = {
+        expected: subprocess.Popen(
+            [sys.executable, "lab/03_fsdp_prefetch.py", *args, "--report", str(report), "--timeout", "60"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for expected, args in cases.items()
+    }
     for expected, proc in procs.items():
         out, err = proc.communicate(timeout=limit(50))
         assert proc.returncode == 2, (expected, out, err)
@@ -218,10 +257,15 @@ def test_the_tracer_puts_everything_back(flavour):
     from minigpt.fsdp.trace import TRACED_COLLECTIVES, FSDPTracer
 
     def watched() -> dict:
-        return {**{f: getattr(dist, f) for f in TRACED_COLLECTIVES}, "Work.wait": dist.Work.__dict__["wait"],
-                **{m: FSDPParamGroup.__dict__[m] for m in ("unshard", "wait_for_unshard", "post_backward",
-                                                             "_prefetch_unshard")},
-                **{f: getattr(_runtime_utils, f) for f in ("_unshard", "_prefetch_handle", "_reduce_grad")}}
+        return {
+            **{f: getattr(dist, f) for f in TRACED_COLLECTIVES},
+            "Work.wait": dist.Work.__dict__["wait"],
+            **{
+                m: FSDPParamGroup.__dict__[m]
+                for m in ("unshard", "wait_for_unshard", "post_backward", "_prefetch_unshard")
+            },
+            **{f: getattr(_runtime_utils, f) for f in ("_unshard", "_prefetch_handle", "_reduce_grad")},
+        }
 
     block = nn.Linear(2, 2)
     before = watched()

@@ -58,4 +58,4 @@ def test_generate_matches_step_by_step_argmax():
             seq.append(int(logits[0, -1].argmax()))
             if seq[-1] == 3:
                 break
-        assert got == seq[len(prompt):]
+        assert got == seq[len(prompt) :]

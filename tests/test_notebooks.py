@@ -22,9 +22,11 @@ def test_there_is_a_notebook_per_lab_guide():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
-    assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), \
+    assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), (
         f"{path.name} is stored with outputs; clear them before committing"
-    NotebookClient(notebook, timeout=limit(180), kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    )
+    NotebookClient(
+        notebook, timeout=limit(180), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

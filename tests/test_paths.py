@@ -48,8 +48,10 @@ def bad_paths(kind: str, tmp_path: Path) -> list[tuple[str, str]]:
     a_file.write_text("not a folder\n")
     a_folder = tmp_path / "a-folder"
     a_folder.mkdir()
-    cases = [(str(a_file / "below" / "x.json"), "is a file, not a folder"),
-             (str(read_only_folder(tmp_path) / "new" / "x.json"), "is not writable")]
+    cases = [
+        (str(a_file / "below" / "x.json"), "is a file, not a folder"),
+        (str(read_only_folder(tmp_path) / "new" / "x.json"), "is not writable"),
+    ]
     if kind == "file":
         cases.append((str(a_folder), "is a folder; give a file name"))
     else:
@@ -66,7 +68,9 @@ def exit_code(module: str, argv: list[str]) -> int:
     return 0 if result is None or isinstance(result, dict) else result
 
 
-@pytest.mark.parametrize("module, option, kind, extra", OUTPUTS, ids=[f"{m.split('.')[-1]}{o}" for m, o, _, _ in OUTPUTS])
+@pytest.mark.parametrize(
+    "module, option, kind, extra", OUTPUTS, ids=[f"{m.split('.')[-1]}{o}" for m, o, _, _ in OUTPUTS]
+)
 def test_a_path_that_cannot_work_is_refused_before_any_work(module, option, kind, extra, tmp_path, capsys, monkeypatch):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"):
         monkeypatch.delenv(name, raising=False)
@@ -99,6 +103,25 @@ def test_a_report_in_a_new_folder_is_written(tmp_path):
     from minigpt import train
 
     out = tmp_path / "new" / "folder" / "minigpt.pt"
-    train.main(["--steps", "2", "--warmup", "1", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
-                "--eval-every", "0", "--quiet", "--out", str(out), "--stop-at", "1"])
+    train.main(
+        [
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--n-layer",
+            "1",
+            "--n-embd",
+            "16",
+            "--n-head",
+            "2",
+            "--eval-every",
+            "0",
+            "--quiet",
+            "--out",
+            str(out),
+            "--stop-at",
+            "1",
+        ]
+    )
     assert out.is_file()

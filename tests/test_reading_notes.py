@@ -63,12 +63,13 @@ def test_both_files_have_the_same_headings_in_the_same_order():
     assert all(a.title != b.title and a.text != b.text for a, b in zip(en, es) if a.kind == "section")
 
 
-@pytest.mark.parametrize("lang, source_line", [("en", "This English file is the source"),
-                                               ("es", "El original es reading.en.md")])
+@pytest.mark.parametrize(
+    "lang, source_line", [("en", "This English file is the source"), ("es", "El original es reading.en.md")]
+)
 def test_each_file_opens_with_the_rules_for_a_translator(lang, source_line):
     text = notes_file(lang).read_text(encoding="utf-8")
     assert text.startswith("<!--\n")
-    comment = text[:text.index("\n-->\n")]
+    comment = text[: text.index("\n-->\n")]
     for needed in (source_line, "{#", "###", "annotations.py", "tests/test_reading_notes.py"):
         assert needed in comment, needed
 
@@ -143,7 +144,7 @@ def test_a_missing_note_is_named_with_the_file_and_line_where_it_belongs(tmp_pat
 
     def drop(lines):
         start, _, end = block(lines, NOTE)
-        return lines[:start] + lines[end + 1:]
+        return lines[:start] + lines[end + 1 :]
 
     path = broken_copy(tmp_path, lang, drop)
     text = message(path)
@@ -154,7 +155,7 @@ def test_a_missing_note_is_named_with_the_file_and_line_where_it_belongs(tmp_pat
 def test_a_missing_section_is_named(tmp_path):
     def drop(lines):
         start, _, end = block(lines, SECTION)
-        return lines[:start] + lines[end + 1:]
+        return lines[:start] + lines[end + 1 :]
 
     path = broken_copy(tmp_path, "es", drop)
     first_note = READING[2][1][0].key
@@ -170,8 +171,9 @@ def test_swapped_notes_are_out_of_order(tmp_path):
         return lines
 
     path = broken_copy(tmp_path, "en", swap)
-    assert message(path).startswith(f"{path}:{line_of(path, f'### {second}')}: "
-                                    f"note {second!r} is out of order: {first!r} comes here")
+    assert message(path).startswith(
+        f"{path}:{line_of(path, f'### {second}')}: note {second!r} is out of order: {first!r} comes here"
+    )
 
 
 def test_a_note_moved_to_the_next_section_is_out_of_order(tmp_path):
@@ -179,17 +181,19 @@ def test_a_note_moved_to_the_next_section_is_out_of_order(tmp_path):
 
     def move(lines):
         start, _, end = block(lines, moved)
-        note = lines[start:end + 1]
-        del lines[start:end + 1]
+        note = lines[start : end + 1]
+        del lines[start : end + 1]
         _, _, after_intro = block(lines, next_section)
-        lines[after_intro + 1:after_intro + 1] = note  # the first note of the next section
+        lines[after_intro + 1 : after_intro + 1] = note  # the first note of the next section
         return lines
 
     path = broken_copy(tmp_path, "es", move)
-    heading = next(line for line in path.read_text(encoding="utf-8").splitlines()
-                   if line.endswith(f"{{#{next_section}}}"))
-    assert message(path).startswith(f"{path}:{line_of(path, heading)}: "
-                                    f"section {next_section!r} is out of order: {moved!r} comes here")
+    heading = next(
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.endswith(f"{{#{next_section}}}")
+    )
+    assert message(path).startswith(
+        f"{path}:{line_of(path, heading)}: section {next_section!r} is out of order: {moved!r} comes here"
+    )
 
 
 def test_a_lost_heading_is_reported_at_its_orphan_text(tmp_path):
@@ -199,7 +203,7 @@ def test_a_lost_heading_is_reported_at_its_orphan_text(tmp_path):
     def drop_heading(lines):
         start, first, _ = block(lines, SECTION)
         orphan.append(lines[first])
-        return lines[:start] + lines[start + 2:]
+        return lines[:start] + lines[start + 2 :]
 
     path = broken_copy(tmp_path, "en", drop_heading)
     text = message(path)
@@ -219,7 +223,7 @@ def _unknown(lines):
 
 def _empty(lines):
     _, first, end = block(lines, NOTE)
-    return lines[:first] + lines[end + 1:]
+    return lines[:first] + lines[end + 1 :]
 
 
 def _two_paragraphs(lines):
@@ -249,8 +253,11 @@ BREAKS = {
     "unknown": (_unknown, ("### fsdp1.no_such_note", False), "unknown note 'fsdp1.no_such_note'"),
     "empty": (_empty, (f"### {NOTE}", False), f"note {NOTE!r} has no text under its heading"),
     "two-paragraphs": (_two_paragraphs, ("A second paragraph.", False), f"a second paragraph in {NOTE!r}"),
-    "section-as-note": (_section_as_note, (f"### {SECTION}", False),
-                        f"{SECTION!r} is a section: its heading is '## <title> {{#{SECTION}}}'"),
+    "section-as-note": (
+        _section_as_note,
+        (f"### {SECTION}", False),
+        f"{SECTION!r} is a section: its heading is '## <title> {{#{SECTION}}}'",
+    ),
     "heading-without-key": (_heading_without_key, None, "not a heading of a notes file"),
     "comment-not-closed": (_comment_not_closed, ("<!--", False), "this HTML comment is never closed"),
 }

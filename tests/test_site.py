@@ -33,8 +33,9 @@ BROWSER_TIMEOUT_MS = int(1000 * limit(20))
 
 def english_pages() -> list[str]:
     """Every English page of the site, as its URL path under the site root ('' is the home page)."""
-    pages = [p for d in ("docs", "docs/theory", "docs/lab") for p in (ROOT / d).glob("*.md")
-             if not p.name.endswith(".es.md")]
+    pages = [
+        p for d in ("docs", "docs/theory", "docs/lab") for p in (ROOT / d).glob("*.md") if not p.name.endswith(".es.md")
+    ]
     pages += (ROOT / "notebooks").glob("*.ipynb")
     urls = []
     for page in pages:
@@ -48,19 +49,27 @@ def english_pages() -> list[str]:
 def site(tmp_path_factory) -> SimpleNamespace:
     """Generate the tables and figures, then build the whole site once, strictly."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    tables = subprocess.run([sys.executable, "-m", "minigpt.pages"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=limit(180))
+    tables = subprocess.run(
+        [sys.executable, "-m", "minigpt.pages"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(180)
+    )
     out = tmp_path_factory.mktemp("site") / "site"
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(180))
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=limit(180),
+    )
     return SimpleNamespace(dir=out, tables=tables, build=build)
 
 
 def built(site: SimpleNamespace) -> Path:
     """The built site's folder; fails, briefly, if the build did not pass (the details are in
     test_strict_build_passes)."""
-    assert site.tables.returncode == 0 and site.build.returncode == 0, \
+    assert site.tables.returncode == 0 and site.build.returncode == 0, (
         "the site did not build: see test_strict_build_passes"
+    )
     return site.dir
 
 
@@ -73,8 +82,12 @@ def test_every_page_exists_in_both_languages(site):
     out = built(site)
     pages = english_pages()
     assert "theory/00-motivation/" in pages and "notebooks/00-minigpt-baseline/" in pages
-    missing = [f"{prefix}{page}" for page in pages for prefix in ("", "es/")
-               if not (out / prefix / page / "index.html").is_file()]
+    missing = [
+        f"{prefix}{page}"
+        for page in pages
+        for prefix in ("", "es/")
+        if not (out / prefix / page / "index.html").is_file()
+    ]
     assert missing == [], f"pages missing from the built site: {missing}"
     for page in pages:
         assert '<html lang="es"' in (out / "es" / page / "index.html").read_text(encoding="utf-8"), page
@@ -112,8 +125,12 @@ def theory_page_with_math() -> str:
     """The first theory page that has a display formula ($$ ... $$) in both languages."""
     for page in sorted((ROOT / "theory").glob("*.md")):
         spanish = page.with_name(page.stem + ".es.md")
-        if (not page.name.endswith(".es.md") and spanish.is_file()
-                and "$$" in page.read_text(encoding="utf-8") and "$$" in spanish.read_text(encoding="utf-8")):
+        if (
+            not page.name.endswith(".es.md")
+            and spanish.is_file()
+            and "$$" in page.read_text(encoding="utf-8")
+            and "$$" in spanish.read_text(encoding="utf-8")
+        ):
             return f"theory/{page.stem}/"
     pytest.fail("no theory page has a display formula ($$ ... $$) in both languages to check MathJax with")
 
@@ -126,7 +143,9 @@ def test_site_in_a_real_browser(server):
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing: `make install` (run by `make test`) installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing, so the website was not tested in a browser: `make install` as root (or `sudo apt-get install chromium`) installs it")
+        pytest.skip(
+            f"{CHROMIUM} is missing, so the website was not tested in a browser: `make install` as root (or `sudo apt-get install chromium`) installs it"
+        )
     from playwright.sync_api import sync_playwright
 
     outside, local_errors, page_errors = [], [], []

@@ -58,8 +58,12 @@ def test_zero_paper_table_1(n):
 
 def test_zero_memory_formulas():
     psi, n, k = 1000.0, 8, 12
-    expected = {0: (2 + 2 + k) * psi, 1: 2 * psi + 2 * psi + k * psi / n,
-                2: 2 * psi + (2 + k) * psi / n, 3: (2 + 2 + k) * psi / n}
+    expected = {
+        0: (2 + 2 + k) * psi,
+        1: 2 * psi + 2 * psi + k * psi / n,
+        2: 2 * psi + (2 + k) * psi / n,
+        3: (2 + 2 + k) * psi / n,
+    }
     for stage, total in expected.items():
         assert za.model_state_bytes(psi, n, stage, k).total == pytest.approx(total)
     with pytest.raises(ValueError, match="stage must be one of"):
@@ -76,8 +80,15 @@ def test_sixteen_bytes_per_parameter_and_7b():
 
 
 def test_paper_rounding():
-    assert [za.paper_round(x) for x in (120.0, 41.25, 7.5, 1.875, 0.46875, 0.1171875, 30.0)] == \
-        ["120", "41.3", "7.5", "1.88", "0.47", "0.12", "30"]
+    assert [za.paper_round(x) for x in (120.0, 41.25, 7.5, 1.875, 0.46875, 0.1171875, 30.0)] == [
+        "120",
+        "41.3",
+        "7.5",
+        "1.88",
+        "0.47",
+        "0.12",
+        "30",
+    ]
 
 
 def test_ring_factors():
@@ -105,10 +116,12 @@ def test_activation_formulas():
     assert za.activation_bytes_per_layer(s, b, h, a) == pytest.approx(sbh * (34 + 5 * a * s / h))
     assert za.activation_bytes_per_layer(s, b, h, a, recompute="selective") == pytest.approx(34 * sbh)
     assert za.activation_bytes_per_layer(s, b, h, a, recompute="full") == 2 * sbh
-    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=4) == \
-        pytest.approx(sbh * (10 + 24 / 4 + 5 * a * s / (h * 4)))
-    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=4, sequence_parallel=True) == \
-        pytest.approx(sbh * (34 / 4 + 5 * a * s / (h * 4)))
+    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=4) == pytest.approx(
+        sbh * (10 + 24 / 4 + 5 * a * s / (h * 4))
+    )
+    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=4, sequence_parallel=True) == pytest.approx(
+        sbh * (34 / 4 + 5 * a * s / (h * 4))
+    )
 
 
 def test_tensor_parallel_traffic():
@@ -188,8 +201,10 @@ def test_fsdp_memory_and_checkpoints():
 
 
 def test_zero_package_never_imports_torch():
-    code = ("import sys; import minigpt.zero, minigpt.zero.analytic, minigpt.zero.pipeline; "
-            "assert 'torch' not in sys.modules, 'minigpt.zero imported torch'")
+    code = (
+        "import sys; import minigpt.zero, minigpt.zero.analytic, minigpt.zero.pipeline; "
+        "assert 'torch' not in sys.modules, 'minigpt.zero imported torch'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -334,15 +349,17 @@ def _prose_numbers():
         return za.activation_bytes_per_layer(s, 1, T.SHAPE_7B["n_embd"], T.SHAPE_7B["n_head"], **kw)
 
     def ten_pow(x, exponent):
-        return lambda lang: T.localize(f"{x / 10**exponent:.1f}", lang).replace(",", "{,}") + \
-            f" \\times 10^{{{exponent}}}"
+        return lambda lang: (
+            T.localize(f"{x / 10**exponent:.1f}", lang).replace(",", "{,}") + f" \\times 10^{{{exponent}}}"
+        )
 
     d = T.minigpt_train_defaults()
     params = T.minigpt_params()
     flops_7b = za.training_flops(T.PSI_7B, T.TOKENS_7B)
     minigpt_tokens = d["steps"] * d["batch_size"] * d["block_size"]
-    minigpt_act = d["n_layer"] * za.activation_bytes_per_layer(d["block_size"], d["batch_size"],
-                                                               d["n_embd"], d["n_head"])
+    minigpt_act = d["n_layer"] * za.activation_bytes_per_layer(
+        d["block_size"], d["batch_size"], d["n_embd"], d["n_head"]
+    )
     grad_bytes = 4 * params
     mem7 = za.fsdp_memory(T.PSI_7B, 8, za.gpt_block_params(4096))
     whole7 = za.fsdp_memory(T.PSI_7B, 8, T.PSI_7B, units_in_flight=1)
@@ -355,8 +372,9 @@ def _prose_numbers():
         return lambda lang: T.size(x, lang, dec, "GB")
 
     def paper(n, stage):
-        return lambda lang: T.localize(za.paper_round(za.model_state_bytes(T.PSI_ZERO_PAPER, n, stage).total
-                                                      / za.GB), lang) + " GB"
+        return lambda lang: (
+            T.localize(za.paper_round(za.model_state_bytes(T.PSI_ZERO_PAPER, n, stage).total / za.GB), lang) + " GB"
+        )
 
     p00, p01, p02, p03 = PAGES
     return [
@@ -370,10 +388,18 @@ def _prose_numbers():
         (p00, lambda lang: T.size(za.bytes_per_param() * params, lang, 2, "MB")),  # 8.12 MB
         (p00, lambda lang: T.size(minigpt_act, lang, 1, "MB")),  # 32.0 MB
         (p00, ten_pow(flops_7b, 22)),  # 4.2 x 10^22
-        (p00, lambda lang: T.num(za.training_days(flops_7b, 1, T.SUSTAINED_FLOPS), lang, 1)
-         + T.tr(lang, " days", " días")),  # 1,215.3 days
-        (p00, lambda lang: T.num(za.training_days(flops_7b, 1024, T.SUSTAINED_FLOPS), lang, 1)
-         + T.tr(lang, " days", " días")),  # 1.2 days
+        (
+            p00,
+            lambda lang: (
+                T.num(za.training_days(flops_7b, 1, T.SUSTAINED_FLOPS), lang, 1) + T.tr(lang, " days", " días")
+            ),
+        ),  # 1,215.3 days
+        (
+            p00,
+            lambda lang: (
+                T.num(za.training_days(flops_7b, 1024, T.SUSTAINED_FLOPS), lang, 1) + T.tr(lang, " days", " días")
+            ),
+        ),  # 1.2 days
         (p00, lambda lang: T.num(minigpt_tokens, lang) + T.tr(lang, " token positions", " posiciones")),
         (p00, ten_pow(za.training_flops(params, minigpt_tokens), 12)),  # 2.8 x 10^12
         (p00, gb(za.model_state_bytes(13e9).total, 0)),  # 208 GB
@@ -381,10 +407,15 @@ def _prose_numbers():
         (p01, lambda lang: T.size(za.ring_bytes_per_worker(grad_bytes, 8), lang, 2, "MB")),  # 3.55 MB
         (p01, lambda lang: T.size(za.naive_root_bytes(grad_bytes, 8), lang, 2, "MB")),  # 14.21 MB
         (p01, lambda lang: T.num(za.ring_factor(8), lang, 2) + T.tr(lang, " times", " veces")),  # 1.75
-        (p01, paper(64, 0)), (p01, paper(64, 1)), (p01, paper(64, 2)), (p01, paper(64, 3)),
+        (p01, paper(64, 0)),
+        (p01, paper(64, 1)),
+        (p01, paper(64, 2)),
+        (p01, paper(64, 3)),
         (p01, paper(16, 2)),  # 21.6 GB
-        (p01, lambda lang: T.num(za.comm_volume(1, 3) / za.comm_volume(1, 0), lang, 1)
-         + T.tr(lang, " times", " veces")),  # 1.5 times
+        (
+            p01,
+            lambda lang: T.num(za.comm_volume(1, 3) / za.comm_volume(1, 0), lang, 1) + T.tr(lang, " times", " veces"),
+        ),  # 1.5 times
         (p01, gb(2 * za.comm_volume(T.PSI_ZERO_PAPER, 0), 0)),  # 30 GB
         (p01, gb(2 * za.comm_volume(T.PSI_ZERO_PAPER, 3), 0)),  # 45 GB
         (p01, lambda lang: T.num(za.ring_bytes_per_worker(100, 8), lang) + " MB"),  # 175 MB
@@ -402,9 +433,12 @@ def _prose_numbers():
         (p02, gb(32 * act(4096, recompute="selective"), 1)),  # 18.3 GB
         (p02, gb(32 * act(4096, recompute="full"), 1)),  # 1.1 GB
         (p02, lambda lang: f"= {za.effective_batch_size(8, 4, 4 * 4)}$"),
-        (p02, t("stage 0 holds 4 instead of 8", "la etapa 0 guarda 4 en lugar de 8")
-         if [pipeline.peak_in_flight(pipeline.simulate(s, 4, 8), 0) for s in ("1f1b", "gpipe")] == [4, 8]
-         else t("(simulated peaks changed)", "(simulated peaks changed)")),
+        (
+            p02,
+            t("stage 0 holds 4 instead of 8", "la etapa 0 guarda 4 en lugar de 8")
+            if [pipeline.peak_in_flight(pipeline.simulate(s, 4, 8), 0) for s in ("1f1b", "gpipe")] == [4, 8]
+            else t("(simulated peaks changed)", "(simulated peaks changed)"),
+        ),
         (p03, lambda lang: T.num(za.gpt_block_params(4096), lang) + T.tr(lang, " parameters", " parámetros")),
         (p03, lambda lang: T.num(za.gpt_block_params(d["n_embd"]), lang) + T.tr(lang, " for MiniGPT", " para MiniGPT")),
         (p03, gb(mem7.total, 2)),  # 14.81 GB

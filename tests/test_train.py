@@ -17,8 +17,21 @@ import torch
 from minigpt import train, tutor
 from tests.limits import limit
 
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "16",
-        "--eval-every", "0", "--quiet", "--warmup", "2"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "32",
+    "--n-head",
+    "2",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "0",
+    "--quiet",
+    "--warmup",
+    "2",
+]
 
 
 def run_train(tmp_path: Path, name: str, *flags: str) -> dict:
@@ -115,13 +128,15 @@ def test_divergence_stops_with_a_message(tmp_path, capsys):
 
 def test_bad_input_from_the_real_command_line():
     """The same, as a learner sees it: a real process, exit status 2, one line on stderr."""
-    proc = subprocess.run([sys.executable, "-m", "minigpt.train", "--steps", "-1"],
-                          capture_output=True, text=True, timeout=limit(60))
+    proc = subprocess.run(
+        [sys.executable, "-m", "minigpt.train", "--steps", "-1"], capture_output=True, text=True, timeout=limit(60)
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "minigpt.train: error: --steps must be a positive integer, got -1"
 
 
 # The default run, trained once for the whole session -----------------------------------------
+
 
 def test_default_run_learns_the_tutor_task(default_run):
     assert default_run["steps"] == train.TrainConfig().steps
@@ -134,10 +149,16 @@ def test_default_run_learns_the_tutor_task(default_run):
 
 def test_tutor_corrects_sentences(default_run, capsys):
     checkpoint = default_run["checkpoint"]
-    answers = tutor.main(["--checkpoint", str(checkpoint), "nosotros habla español",
-                          "yesterday she cook the soups", "Los niños comen las manzanas."])
-    assert answers == ["nosotros hablamos español", "yesterday she cooked the soups",
-                       "los niños comen las manzanas"]
+    answers = tutor.main(
+        [
+            "--checkpoint",
+            str(checkpoint),
+            "nosotros habla español",
+            "yesterday she cook the soups",
+            "Los niños comen las manzanas.",
+        ]
+    )
+    assert answers == ["nosotros hablamos español", "yesterday she cooked the soups", "los niños comen las manzanas"]
     printed = capsys.readouterr().out
     assert "habla -> hablamos" in printed and "already correct" in printed
 
@@ -145,12 +166,22 @@ def test_tutor_corrects_sentences(default_run, capsys):
 def test_tutor_command_line(default_run):
     checkpoint = default_run["checkpoint"]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    ok = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
-                         "la profesora escriben una carta"], capture_output=True, text=True, timeout=limit(60), env=env)
+    ok = subprocess.run(
+        [sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint), "la profesora escriben una carta"],
+        capture_output=True,
+        text=True,
+        timeout=limit(60),
+        env=env,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "-> la profesora escribe una carta" in ok.stdout
-    unknown = subprocess.run([sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint),
-                              "nosotros hablamos chino"], capture_output=True, text=True, timeout=limit(60), env=env)
+    unknown = subprocess.run(
+        [sys.executable, "-m", "minigpt.tutor", "--checkpoint", str(checkpoint), "nosotros hablamos chino"],
+        capture_output=True,
+        text=True,
+        timeout=limit(60),
+        env=env,
+    )
     assert unknown.returncode == 2 and "unknown word 'chino'" in unknown.stderr
 
 

@@ -32,8 +32,10 @@ OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 RESULTS: dict[str, dict] = {}
 STEPS = 10
-OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.1}),
-              "sgd": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.1})}
+OPTIMIZERS = {
+    "adamw": (torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.1}),
+    "sgd": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.1}),
+}
 
 
 def record(name: str, fn) -> None:
@@ -97,8 +99,10 @@ def run(group, size: int, optimizer: str, mode: str) -> dict:
             (reference(batch(step, r), *usage(step, r, mode)) / size).backward()
         plain.step()
         # a parameter no rank used this step must not move
-        used_anywhere = {"extra": any(usage(step, r, mode)[0] for r in range(size)),
-                         "lonely": any(usage(step, r, mode)[1] for r in range(size))}
+        used_anywhere = {
+            "extra": any(usage(step, r, mode)[0] for r in range(size)),
+            "lonely": any(usage(step, r, mode)[1] for r in range(size)),
+        }
         for name, p in model.named_parameters():
             key = name.split(".")[0]
             if key in used_anywhere and not used_anywhere[key]:
@@ -118,23 +122,35 @@ def run(group, size: int, optimizer: str, mode: str) -> dict:
         for key, value in (s or {}).items():
             state_diff = max(state_diff, float((value.float() - ref[key].float()).abs().max()))
     flat_numel = sum(g.flat.numel() for g in zero.groups if g is not None)
-    return {"max_param_diff": diff, "bit_identical": diff == 0.0, "max_state_diff": state_diff,
-            "frozen": model.frozen.tolist(), "frozen_in_flat": any(
-                g is not None and model.frozen.data_ptr() >= g.flat.data_ptr()
-                and model.frozen.data_ptr() < g.flat.data_ptr() + g.flat.numel() * g.flat.element_size()
-                for g in zero.groups),
-            "flat_numel": flat_numel, "trainable_numel": sum(p.numel() for p in trainable),
-            "untouched_checked": len(untouched), "touched_while_unused": touched_while_unused,
-            "sent": sent, "expected_sent": expected_bytes(zero, size, rank)}
+    return {
+        "max_param_diff": diff,
+        "bit_identical": diff == 0.0,
+        "max_state_diff": state_diff,
+        "frozen": model.frozen.tolist(),
+        "frozen_in_flat": any(
+            g is not None
+            and model.frozen.data_ptr() >= g.flat.data_ptr()
+            and model.frozen.data_ptr() < g.flat.data_ptr() + g.flat.numel() * g.flat.element_size()
+            for g in zero.groups
+        ),
+        "flat_numel": flat_numel,
+        "trainable_numel": sum(p.numel() for p in trainable),
+        "untouched_checked": len(untouched),
+        "touched_while_unused": touched_while_unused,
+        "sent": sent,
+        "expected_sent": expected_bytes(zero, size, rank),
+    }
 
 
 def expected_bytes(zero, size: int, rank: int) -> int:
     """What one step sends on Lab 01's ring: the usage marks (one byte per trainable parameter)
     all-reduced; each group's gradient reduce-scattered (every chunk but our own) and its weights
     all-gathered (every chunk but our right neighbour's)."""
+
     def ring_bytes(numel: int, element: int, skip: list[int]) -> int:
         bounds = ring.chunk_bounds(numel, size)
         return element * (numel - sum(bounds[k][1] - bounds[k][0] for k in skip))
+
     marks = len(zero._index)
     total = ring_bytes(marks, 1, [rank]) + ring_bytes(marks, 1, [(rank + 1) % size])
     for g in zero.groups:

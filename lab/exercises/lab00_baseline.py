@@ -35,7 +35,9 @@ def masked_loss(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Te
     Why per row: then the loss of a batch is exactly the mean of the losses of its equal
     slices, which is what N data-parallel ranks compute together.
     """
-    raise NotImplementedError("Exercise 0.2: per-sentence mean of the cross-entropy where loss_mask is True, then the mean over sentences")
+    raise NotImplementedError(
+        "Exercise 0.2: per-sentence mean of the cross-entropy where loss_mask is True, then the mean over sentences"
+    )
 
 
 def rank_slice(batch_size: int, rank: int, world_size: int) -> slice:
@@ -45,7 +47,9 @@ def rank_slice(batch_size: int, rank: int, world_size: int) -> slice:
     ``ValueError`` with a message that names the values when ``world_size < 1``, when ``rank``
     is not in ``0..world_size-1``, or when ``batch_size`` is not divisible by ``world_size``.
     """
-    raise NotImplementedError("Exercise 0.3: return slice(r*B/N, (r+1)*B/N) and reject a batch the world size does not divide")
+    raise NotImplementedError(
+        "Exercise 0.3: return slice(r*B/N, (r+1)*B/N) and reject a batch the world size does not divide"
+    )
 
 
 def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> float:
@@ -55,4 +59,6 @@ def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> f
     ``max_lr`` (at ``step == warmup``) down to ``min_lr`` (at ``step == total``), and ``min_lr``
     for any later step.
     """
-    raise NotImplementedError("Exercise 0.4: linear warm-up to max_lr over `warmup` steps, then cosine decay to min_lr at `total`")
+    raise NotImplementedError(
+        "Exercise 0.4: linear warm-up to max_lr over `warmup` steps, then cosine decay to min_lr at `total`"
+    )

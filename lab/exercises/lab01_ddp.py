@@ -37,8 +37,9 @@ from minigpt.parallel.ddp import BucketedDDP as _Scaffold
 from minigpt.parallel.ring import COUNTER, ByteCounter, chunk_bounds, exchange, ring_position  # noqa: F401
 
 
-def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,
-                    counter: ByteCounter | None = None) -> torch.Tensor:
+def ring_all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+) -> torch.Tensor:
     """Exercise 1.1: the ring all-reduce, in place.
 
     ``tensor`` is contiguous; work on ``tensor.view(-1)``. Cut it into ``world_size`` chunks with
@@ -75,7 +76,9 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     * a bucket holds one dtype on one device: a parameter of another dtype or device closes the
       current bucket and starts the next.
     """
-    raise NotImplementedError("Exercise 1.2: buckets in reverse order, closed when they reach the cap; skip frozen, tied once")
+    raise NotImplementedError(
+        "Exercise 1.2: buckets in reverse order, closed when they reach the cap; skip frozen, tied once"
+    )
 
 
 class BucketedDDP(_Scaffold):
@@ -97,7 +100,9 @@ class BucketedDDP(_Scaffold):
         complete bucket *in index order*: bucket k may go only after buckets 0..k-1, so that every
         rank launches the same bucket first.
         """
-        raise NotImplementedError("Exercise 1.3: the hook marks the parameter ready and launches complete buckets in index order")
+        raise NotImplementedError(
+            "Exercise 1.3: the hook marks the parameter ready and launches complete buckets in index order"
+        )
 
     def _launch(self, bucket: Bucket) -> None:
         """Exercise 1.3b: fill the bucket and start its asynchronous all-reduce.

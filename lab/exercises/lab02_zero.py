@@ -38,9 +38,15 @@ from minigpt.zero.memory import DeviceMemory, Recipe, recipe, working_buffer  # 
 from minigpt.zero.simulate import Cluster, _forward_whole  # noqa: F401
 
 
-def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mixed",
-                  largest_layer: float = 0, offload_optimizer: bool = False,
-                  offload_params: bool = False) -> DeviceMemory:
+def device_memory(
+    psi: float,
+    n_devices: int,
+    stage: int,
+    recipe_name: str = "mixed",
+    largest_layer: float = 0,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+) -> DeviceMemory:
     """Exercise 2.1: the bytes of model state on one of ``n_devices`` at ZeRO ``stage``.
 
     Per parameter the recipe gives the weights' bytes, the gradients' and the optimizer's (K).
@@ -53,8 +59,9 @@ def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mi
     Raise ValueError for psi <= 0, n_devices < 1 (or not an int), a stage not in 0..3, an
     unknown recipe, or offload_params below stage 3.
     """
-    raise NotImplementedError("Exercise 2.1: per-device memory = weights + gradients + optimizer, "
-                              "each divided by N from its stage on")
+    raise NotImplementedError(
+        "Exercise 2.1: per-device memory = weights + gradients + optimizer, each divided by N from its stage on"
+    )
 
 
 def zero2_step(c: Cluster, xs: list, ys: list, rows: int, step: int) -> float:
@@ -73,12 +80,19 @@ def zero2_step(c: Cluster, xs: list, ys: list, rows: int, step: int) -> float:
     with ``c.adam_update(w, u, weights, chunk, gradient_shard, step)``; finally every unit's
     weights are ``c.all_gather``-ed so all workers hold the new weights whole.
     """
-    raise NotImplementedError("Exercise 2.2: ZeRO-2 = reduce-scatter each unit's gradient, keep "
-                              "your chunk, update it, all-gather the weights")
+    raise NotImplementedError(
+        "Exercise 2.2: ZeRO-2 = reduce-scatter each unit's gradient, keep your chunk, update it, all-gather the weights"
+    )
 
 
-def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 1,
-                     recipe_name: str = "mixed", reshard_after_forward: bool = True) -> list[Collective]:
+def step_collectives(
+    psi: float,
+    stage: int,
+    shard_degree: int,
+    replicas: int = 1,
+    recipe_name: str = "mixed",
+    reshard_after_forward: bool = True,
+) -> list[Collective]:
     """Exercise 2.3: the collectives of one step, as a list of :class:`Collective`.
 
     Stage 0: one all-reduce of the gradients over the ``shard_degree`` devices (``replicas``
@@ -141,4 +155,3 @@ class ZeroOneOptimizer(_Scaffold):
         ``.flat``; set ``self._reduced = False``. Return the closure's loss (or None).
         """
         raise NotImplementedError("Exercise 2.5: reduce, step the pieces that have a gradient, all-gather")
-

@@ -39,7 +39,9 @@ def predict_event_order(n_blocks: int, variant: str) -> list[str]:
 
     Raise ValueError for an unknown variant or ``n_blocks < 1``.
     """
-    raise NotImplementedError("Exercise 3.1: predict the all-gathers, computations and reduce-scatters of a step, in order")
+    raise NotImplementedError(
+        "Exercise 3.1: predict the all-gathers, computations and reduce-scatters of a step, in order"
+    )
 
 
 def local_norm_term(tensors: Iterable[torch.Tensor], norm_type: float = 2.0) -> float:

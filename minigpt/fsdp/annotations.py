@@ -120,88 +120,221 @@ Kind = Literal["section", "note"]
 
 # The reading, in order: (section name, the pins of its notes). The Markdown files follow it.
 READING: Reading = (
-    ("fsdp2-forward", (
-        Pin("fsdp2.root_pre_forward.wait_for_optimizer",
-            FSDP2_STATE, "FSDPState._root_pre_forward", "all_gather_stream.wait_stream(current_stream)"),
-        Pin("fsdp2.pre_forward.own_group",
-            FSDP2_STATE, "FSDPState._pre_forward", "fsdp_param_group.pre_forward(module, args, kwargs)"),
-        Pin("fsdp2.pre_forward.explicit_prefetch",
-            FSDP2_STATE, "FSDPState._pre_forward", '_prefetch_unshard(target_param_group, "forward")'),
-        Pin("fsdp2.unshard.pending",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.unshard", "if self._all_gather_result is not None:"),
-        Pin("fsdp2.unshard.streams",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.unshard", "get_all_gather_streams("),
-        Pin("fsdp2.wait_for_unshard.free_previous",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.wait_for_unshard", "prev_all_gather_state := self.comm_ctx.all_gather_state"),
-        Pin("fsdp2.wait_for_unshard.copy_out",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.wait_for_unshard", "foreach_all_gather_copy_out("),
-        Pin("fsdp2.wait_for_unshard.defer_free",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.wait_for_unshard", "self.comm_ctx.all_gather_state = AllGatherState("),
-        Pin("fsdp2.reshard.after_forward",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.reshard", "if not self._reshard_after_forward:"),
-    )),
-    ("fsdp2-backward", (
-        Pin("fsdp2.post_forward.record_order",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.post_forward", "self._record_post_forward()"),
-        Pin("fsdp2.pre_backward.default_or_explicit",
-            FSDP2_STATE, "FSDPState._pre_backward", "default_prefetch = len("),
-        Pin("fsdp2.pre_backward.unshard",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.pre_backward", "self.unshard(self.unshard_async_op)"),
-        Pin("fsdp2.pre_backward.default_prefetch",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.pre_backward", "self._backward_prefetch()"),
-        Pin("fsdp2.backward_prefetch.target",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup._backward_prefetch", "post_forward_order[curr_index - 1]"),
-        Pin("fsdp2.prefetch_unshard.issue_only",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup._prefetch_unshard", "target_fsdp_param_group.unshard(async_op)"),
-        Pin("fsdp2.post_backward.reduce_scatter",
-            FSDP2_PARAM_GROUP, "FSDPParamGroup.post_backward", "= foreach_reduce("),
-    )),
-    ("fsdp2-explicit", (
-        Pin("api.set_modules_to_forward_prefetch",
-            FSDP2_API, "FSDPModule.set_modules_to_forward_prefetch", "_states_to_forward_prefetch = ["),
-        Pin("api.set_modules_to_backward_prefetch",
-            FSDP2_API, "FSDPModule.set_modules_to_backward_prefetch", "_states_to_backward_prefetch = ["),
-        Pin("api.unshard",
-            FSDP2_API, "FSDPModule.unshard", "fsdp_param_group.unshard(async_op=async_op)"),
-        Pin("api.set_unshard_async_op",
-            FSDP2_API, "FSDPModule._set_unshard_async_op", "fsdp_param_group.unshard_async_op = async_op"),
-    )),
-    ("fsdp1-prefetch", (
-        Pin("fsdp1.pre_forward_unshard.skip_if_prefetched",
-            FSDP1_RUNTIME, "_pre_forward_unshard", "if not handle._prefetched:"),
-        Pin("fsdp1.pre_forward_unshard.forward_prefetch",
-            FSDP1_RUNTIME, "_pre_forward_unshard", "_prefetch_handle(state, handle, _PrefetchMode.FORWARD)"),
-        Pin("fsdp1.pre_backward_hook.backward_pre",
-            FSDP1_RUNTIME, "_pre_backward_hook", "_prefetch_handle(state, handle, _PrefetchMode.BACKWARD)"),
-        Pin("fsdp1.post_backward_reshard.backward_post",
-            FSDP1_RUNTIME, "_post_backward_reshard", "_prefetch_handle(state, handle, _PrefetchMode.BACKWARD)"),
-        Pin("fsdp1.prefetch_handle.flag",
-            FSDP1_RUNTIME, "_prefetch_handle", "handle._prefetched = True"),
-        Pin("fsdp1.get_handle_to_prefetch.mode",
-            FSDP1_RUNTIME, "_get_handle_to_prefetch", "state.backward_prefetch == BackwardPrefetch.BACKWARD_PRE"),
-    )),
-    ("fsdp1-exec-order", (
-        Pin("fsdp1.record_pre_forward.first_iter_only",
-            FSDP1_EXEC_ORDER, "_ExecOrderData.record_pre_forward", "if not self.is_first_iter"),
-        Pin("fsdp1.exec_order.backward_target",
-            FSDP1_EXEC_ORDER, "_ExecOrderData.get_handle_to_backward_prefetch", "target_index = current_index - 1"),
-        Pin("fsdp1.exec_order.forward_target",
-            FSDP1_EXEC_ORDER, "_ExecOrderData.get_handle_to_forward_prefetch", "target_index = current_index + 1"),
-        Pin("fsdp1.check_order.across_ranks",
-            FSDP1_EXEC_ORDER, "_ExecOrderData._check_order", "Forward order differs across ranks:"),
-        Pin("fsdp1.check_order.later_iterations",
-            FSDP1_EXEC_ORDER, "_ExecOrderData._check_order", "Forward order differs from that of the first"),
-        Pin("fsdp1.exec_order.next_iter",
-            FSDP1_EXEC_ORDER, "_ExecOrderData.next_iter", "self._iter += 1"),
-    )),
-    ("fsdp1-rate-limiter", (
-        Pin("fsdp1.limiter.two_in_flight",
-            FSDP1_LIMITER, "_FreeEventQueue.__init__", "self._max_num_inflight_all_gathers = 2"),
-        Pin("fsdp1.limiter.enqueue_on_free",
-            FSDP1_RUNTIME, "_reshard", "state._free_event_queue.enqueue(free_event)"),
-        Pin("fsdp1.limiter.synchronize",
-            FSDP1_RUNTIME, "_unshard", "event.synchronize()"),
-    )),
+    (
+        "fsdp2-forward",
+        (
+            Pin(
+                "fsdp2.root_pre_forward.wait_for_optimizer",
+                FSDP2_STATE,
+                "FSDPState._root_pre_forward",
+                "all_gather_stream.wait_stream(current_stream)",
+            ),
+            Pin(
+                "fsdp2.pre_forward.own_group",
+                FSDP2_STATE,
+                "FSDPState._pre_forward",
+                "fsdp_param_group.pre_forward(module, args, kwargs)",
+            ),
+            Pin(
+                "fsdp2.pre_forward.explicit_prefetch",
+                FSDP2_STATE,
+                "FSDPState._pre_forward",
+                '_prefetch_unshard(target_param_group, "forward")',
+            ),
+            Pin(
+                "fsdp2.unshard.pending",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.unshard",
+                "if self._all_gather_result is not None:",
+            ),
+            Pin("fsdp2.unshard.streams", FSDP2_PARAM_GROUP, "FSDPParamGroup.unshard", "get_all_gather_streams("),
+            Pin(
+                "fsdp2.wait_for_unshard.free_previous",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.wait_for_unshard",
+                "prev_all_gather_state := self.comm_ctx.all_gather_state",
+            ),
+            Pin(
+                "fsdp2.wait_for_unshard.copy_out",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.wait_for_unshard",
+                "foreach_all_gather_copy_out(",
+            ),
+            Pin(
+                "fsdp2.wait_for_unshard.defer_free",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.wait_for_unshard",
+                "self.comm_ctx.all_gather_state = AllGatherState(",
+            ),
+            Pin(
+                "fsdp2.reshard.after_forward",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.reshard",
+                "if not self._reshard_after_forward:",
+            ),
+        ),
+    ),
+    (
+        "fsdp2-backward",
+        (
+            Pin(
+                "fsdp2.post_forward.record_order",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.post_forward",
+                "self._record_post_forward()",
+            ),
+            Pin(
+                "fsdp2.pre_backward.default_or_explicit",
+                FSDP2_STATE,
+                "FSDPState._pre_backward",
+                "default_prefetch = len(",
+            ),
+            Pin(
+                "fsdp2.pre_backward.unshard",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.pre_backward",
+                "self.unshard(self.unshard_async_op)",
+            ),
+            Pin(
+                "fsdp2.pre_backward.default_prefetch",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.pre_backward",
+                "self._backward_prefetch()",
+            ),
+            Pin(
+                "fsdp2.backward_prefetch.target",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup._backward_prefetch",
+                "post_forward_order[curr_index - 1]",
+            ),
+            Pin(
+                "fsdp2.prefetch_unshard.issue_only",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup._prefetch_unshard",
+                "target_fsdp_param_group.unshard(async_op)",
+            ),
+            Pin(
+                "fsdp2.post_backward.reduce_scatter",
+                FSDP2_PARAM_GROUP,
+                "FSDPParamGroup.post_backward",
+                "= foreach_reduce(",
+            ),
+        ),
+    ),
+    (
+        "fsdp2-explicit",
+        (
+            Pin(
+                "api.set_modules_to_forward_prefetch",
+                FSDP2_API,
+                "FSDPModule.set_modules_to_forward_prefetch",
+                "_states_to_forward_prefetch = [",
+            ),
+            Pin(
+                "api.set_modules_to_backward_prefetch",
+                FSDP2_API,
+                "FSDPModule.set_modules_to_backward_prefetch",
+                "_states_to_backward_prefetch = [",
+            ),
+            Pin("api.unshard", FSDP2_API, "FSDPModule.unshard", "fsdp_param_group.unshard(async_op=async_op)"),
+            Pin(
+                "api.set_unshard_async_op",
+                FSDP2_API,
+                "FSDPModule._set_unshard_async_op",
+                "fsdp_param_group.unshard_async_op = async_op",
+            ),
+        ),
+    ),
+    (
+        "fsdp1-prefetch",
+        (
+            Pin(
+                "fsdp1.pre_forward_unshard.skip_if_prefetched",
+                FSDP1_RUNTIME,
+                "_pre_forward_unshard",
+                "if not handle._prefetched:",
+            ),
+            Pin(
+                "fsdp1.pre_forward_unshard.forward_prefetch",
+                FSDP1_RUNTIME,
+                "_pre_forward_unshard",
+                "_prefetch_handle(state, handle, _PrefetchMode.FORWARD)",
+            ),
+            Pin(
+                "fsdp1.pre_backward_hook.backward_pre",
+                FSDP1_RUNTIME,
+                "_pre_backward_hook",
+                "_prefetch_handle(state, handle, _PrefetchMode.BACKWARD)",
+            ),
+            Pin(
+                "fsdp1.post_backward_reshard.backward_post",
+                FSDP1_RUNTIME,
+                "_post_backward_reshard",
+                "_prefetch_handle(state, handle, _PrefetchMode.BACKWARD)",
+            ),
+            Pin("fsdp1.prefetch_handle.flag", FSDP1_RUNTIME, "_prefetch_handle", "handle._prefetched = True"),
+            Pin(
+                "fsdp1.get_handle_to_prefetch.mode",
+                FSDP1_RUNTIME,
+                "_get_handle_to_prefetch",
+                "state.backward_prefetch == BackwardPrefetch.BACKWARD_PRE",
+            ),
+        ),
+    ),
+    (
+        "fsdp1-exec-order",
+        (
+            Pin(
+                "fsdp1.record_pre_forward.first_iter_only",
+                FSDP1_EXEC_ORDER,
+                "_ExecOrderData.record_pre_forward",
+                "if not self.is_first_iter",
+            ),
+            Pin(
+                "fsdp1.exec_order.backward_target",
+                FSDP1_EXEC_ORDER,
+                "_ExecOrderData.get_handle_to_backward_prefetch",
+                "target_index = current_index - 1",
+            ),
+            Pin(
+                "fsdp1.exec_order.forward_target",
+                FSDP1_EXEC_ORDER,
+                "_ExecOrderData.get_handle_to_forward_prefetch",
+                "target_index = current_index + 1",
+            ),
+            Pin(
+                "fsdp1.check_order.across_ranks",
+                FSDP1_EXEC_ORDER,
+                "_ExecOrderData._check_order",
+                "Forward order differs across ranks:",
+            ),
+            Pin(
+                "fsdp1.check_order.later_iterations",
+                FSDP1_EXEC_ORDER,
+                "_ExecOrderData._check_order",
+                "Forward order differs from that of the first",
+            ),
+            Pin("fsdp1.exec_order.next_iter", FSDP1_EXEC_ORDER, "_ExecOrderData.next_iter", "self._iter += 1"),
+        ),
+    ),
+    (
+        "fsdp1-rate-limiter",
+        (
+            Pin(
+                "fsdp1.limiter.two_in_flight",
+                FSDP1_LIMITER,
+                "_FreeEventQueue.__init__",
+                "self._max_num_inflight_all_gathers = 2",
+            ),
+            Pin(
+                "fsdp1.limiter.enqueue_on_free",
+                FSDP1_RUNTIME,
+                "_reshard",
+                "state._free_event_queue.enqueue(free_event)",
+            ),
+            Pin("fsdp1.limiter.synchronize", FSDP1_RUNTIME, "_unshard", "event.synchronize()"),
+        ),
+    ),
 )
 
 
@@ -274,9 +407,13 @@ def parse_notes(path: Path | str) -> list[Entry]:
         if line.startswith("#"):
             section, note = SECTION_HEADING.fullmatch(line), NOTE_HEADING.fullmatch(line)
             if section is None and note is None:
-                raise error(number, f"not a heading of a notes file: {line!r} (a section is "
-                                    f"'## Title {{#section-name}}', a note '### note.key'; a line of text "
-                                    f"cannot start with '#')", under_heading=False)
+                raise error(
+                    number,
+                    f"not a heading of a notes file: {line!r} (a section is "
+                    f"'## Title {{#section-name}}', a note '### note.key'; a line of text "
+                    f"cannot start with '#')",
+                    under_heading=False,
+                )
             finish()
             if section is not None:
                 heading = ("section", section["key"], section["title"], number)
@@ -288,9 +425,12 @@ def parse_notes(path: Path | str) -> list[Entry]:
         if heading is None:
             raise error(number, "text before the first heading (only comments may come first)")
         if paragraph_ended:
-            raise error(number, f"a second paragraph in {heading[1]!r}: each text is one paragraph, with "
-                                f"no blank line inside it (or is the heading of this text missing?)",
-                        under_heading=False)
+            raise error(
+                number,
+                f"a second paragraph in {heading[1]!r}: each text is one paragraph, with "
+                f"no blank line inside it (or is the heading of this text missing?)",
+                under_heading=False,
+            )
         paragraph.append(line)
     if comment_start:
         raise NotesError(f"{path}:{comment_start}: this HTML comment is never closed with '-->'")
@@ -327,29 +467,37 @@ def check_notes(path: Path | str, entries: list[Entry], reading: Reading = READI
             raise NotesError(f"{at} {entry.key!r} appears twice (lines {seen[entry.key]} and {entry.line})")
         seen[entry.key] = entry.line
         if entry.key not in kinds:
-            raise NotesError(f"{at} unknown {entry.kind} {entry.key!r}: annotations.py's READING has no "
-                             f"such {entry.kind} (a key is never translated)")
+            raise NotesError(
+                f"{at} unknown {entry.kind} {entry.key!r}: annotations.py's READING has no "
+                f"such {entry.kind} (a key is never translated)"
+            )
         if kinds[entry.key] != entry.kind:
-            raise NotesError(f"{at} {entry.key!r} is a {kinds[entry.key]}: its heading is "
-                             f"{_heading_syntax(kinds[entry.key], entry.key)}")
+            raise NotesError(
+                f"{at} {entry.key!r} is a {kinds[entry.key]}: its heading is "
+                f"{_heading_syntax(kinds[entry.key], entry.key)}"
+            )
         if not entry.text:
             raise NotesError(f"{at} {entry.kind} {entry.key!r} has no text under its heading")
     for i, (kind, key) in enumerate(expected):
         if key not in seen:
             missing = f"missing {kind} {key!r}: its heading {_heading_syntax(kind, key)} belongs"
-            after = [k for _, k in expected[i + 1:] if k in seen]
+            after = [k for _, k in expected[i + 1 :] if k in seen]
             if after:  # point at the heading it must come before
                 previous = f", after {expected[i - 1][1]!r}" if i else ""
                 raise NotesError(f"{path}:{seen[after[0]]}: {missing} before this line{previous}")
             if not entries:
                 raise NotesError(f"{path}:1: {missing} here: the file has no headings")
             last = entries[-1]
-            raise NotesError(f"{path}:{last.line}: {missing} at the end of the file, after the text of "
-                             f"{last.key!r} (whose heading is this line)")
+            raise NotesError(
+                f"{path}:{last.line}: {missing} at the end of the file, after the text of "
+                f"{last.key!r} (whose heading is this line)"
+            )
     for (_, key), entry in zip(expected, entries):
         if entry.key != key:
-            raise NotesError(f"{path}:{entry.line}: {entry.kind} {entry.key!r} is out of order: "
-                             f"{key!r} comes here (the order of annotations.py's READING)")
+            raise NotesError(
+                f"{path}:{entry.line}: {entry.kind} {entry.key!r} is out of order: "
+                f"{key!r} comes here (the order of annotations.py's READING)"
+            )
 
 
 def read_notes(path: Path | str, reading: Reading = READING) -> dict[str, Entry]:
@@ -371,8 +519,7 @@ def load_sections(folder: Path | str = NOTES_DIR, reading: Reading = READING) ->
             title_es=es[name].title,
             intro_en=en[name].text,
             intro_es=es[name].text,
-            annotations=tuple(Annotation(**pin._asdict(), en=en[pin.key].text, es=es[pin.key].text)
-                              for pin in pins),
+            annotations=tuple(Annotation(**pin._asdict(), en=en[pin.key].text, es=es[pin.key].text) for pin in pins),
         )
         for name, pins in reading
     )

@@ -88,8 +88,9 @@ def fsdp_tensors(model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch
     return sharded, gathered
 
 
-def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                      extra: Iterable[torch.Tensor] = ()) -> dict[str, int]:
+def model_state_bytes(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, extra: Iterable[torch.Tensor] = ()
+) -> dict[str, int]:
     """The census: bytes of this rank's model states right now, by kind, and their ``total``.
 
     Each storage is counted once. FSDP's gathered buffers are claimed first, so that while a
@@ -100,8 +101,12 @@ def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer |
         "gathered": gathered,
         "parameters": sharded + [local_tensor(p) for p in model.parameters()],
         "gradients": [local_tensor(p.grad) for p in model.parameters() if p.grad is not None],
-        "optimizer": [local_tensor(v) for state in (optimizer.state.values() if optimizer else [])
-                      for v in state.values() if isinstance(v, torch.Tensor)],
+        "optimizer": [
+            local_tensor(v)
+            for state in (optimizer.state.values() if optimizer else [])
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        ],
         "extra": [local_tensor(t) for t in extra],
     }
     seen: set[tuple] = set()
@@ -202,7 +207,7 @@ class PeakMemory:
             event = pending.pop()
             pending.extend(event.children)
             if event.name.startswith(_PHASE_PREFIX):
-                windows[event.name[len(_PHASE_PREFIX):]] = (event.start_time_ns, event.end_time_ns)
+                windows[event.name[len(_PHASE_PREFIX) :]] = (event.start_time_ns, event.end_time_ns)
             elif str(event.tag).endswith("Allocation") and event.extra_fields.device.type == "cpu":
                 events.append((event.start_time_ns, event.extra_fields.alloc_size, event.extra_fields.ptr))
         live: dict[int, int] = {}  # address -> bytes, for what the region allocated
@@ -236,4 +241,3 @@ def _stderr_silenced() -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
-

@@ -75,8 +75,9 @@ def units_of_policy(model: MiniGPT, policy: str) -> list[nn.Module]:
         return list(model.blocks)
     if policy == "linear":
         tied = tied_parameter_ids(model)
-        return [m for m in model.modules() if isinstance(m, nn.Linear)
-                and not any(id(p) in tied for p in m.parameters())]
+        return [
+            m for m in model.modules() if isinstance(m, nn.Linear) and not any(id(p) in tied for p in m.parameters())
+        ]
     raise ValueError(f"unknown wrap policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
@@ -101,8 +102,9 @@ def unit_parameters(unit: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in unit.named_parameters() if id(p) not in inner]
 
 
-def sharded_model(cfg: TrainConfig, ctx: DistContext, policy: str = "block",
-                  mp_policy: MixedPrecisionPolicy | None = None) -> tuple[MiniGPT, torch.optim.Optimizer]:
+def sharded_model(
+    cfg: TrainConfig, ctx: DistContext, policy: str = "block", mp_policy: MixedPrecisionPolicy | None = None
+) -> tuple[MiniGPT, torch.optim.Optimizer]:
     """A MiniGPT from ``cfg.seed`` (the same full weights on every rank), sharded, and its optimizer."""
     model = shard(build_model(cfg).to(ctx.device), policy, mp_policy)
     return model, build_optimizer(model, cfg)
@@ -110,8 +112,9 @@ def sharded_model(cfg: TrainConfig, ctx: DistContext, policy: str = "block",
 
 def rank_batch(at_step: int, cfg: TrainConfig, ctx: DistContext) -> tuple[torch.Tensor, ...]:
     """This rank's slice of the global batch of ``at_step``: ``(x, y, loss_mask)`` on its device."""
-    batch = grammar.get_batch("train", at_step, cfg.batch_size, ctx.rank, ctx.world_size,
-                              seed=cfg.seed, block_size=cfg.block_size)
+    batch = grammar.get_batch(
+        "train", at_step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+    )
     return tuple(t.to(ctx.device) for t in batch)
 
 
@@ -133,8 +136,15 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, at_step: 
     optimizer.zero_grad(set_to_none=True)
 
 
-def step(model: nn.Module, optimizer: torch.optim.Optimizer, at_step: int, cfg: TrainConfig,
-         ctx: DistContext, mem: PeakMemory | None = None, census: dict | None = None) -> float:
+def step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    at_step: int,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    mem: PeakMemory | None = None,
+    census: dict | None = None,
+) -> float:
     """One training step, as :func:`minigpt.train.train_step` takes it, in three phases:
     ``forward`` (to the loss), ``backward``, ``optimizer`` (clipping and AdamW). With ``mem``
     each phase's peak is measured; with ``census`` the model states after each phase are
@@ -193,6 +203,7 @@ class CollectiveCounter:
                 return original(*args, **kwargs)
             finally:
                 self._depth -= 1
+
         return counted
 
     def __enter__(self) -> CollectiveCounter:
@@ -206,14 +217,17 @@ class CollectiveCounter:
             setattr(dist, name, original)
 
     def summary(self) -> dict[str, int]:
-        return {"all_gathers": self.calls["all_gather_single"] + self.calls["all_gather_into_tensor"],
-                "reduce_scatters": self.calls["reduce_scatter_single"] + self.calls["reduce_scatter_tensor"],
-                "all_gather_bytes": self.bytes["all_gather_single"] + self.bytes["all_gather_into_tensor"],
-                "reduce_scatter_bytes": self.bytes["reduce_scatter_single"] + self.bytes["reduce_scatter_tensor"]}
+        return {
+            "all_gathers": self.calls["all_gather_single"] + self.calls["all_gather_into_tensor"],
+            "reduce_scatters": self.calls["reduce_scatter_single"] + self.calls["reduce_scatter_tensor"],
+            "all_gather_bytes": self.bytes["all_gather_single"] + self.bytes["all_gather_into_tensor"],
+            "reduce_scatter_bytes": self.bytes["reduce_scatter_single"] + self.bytes["reduce_scatter_tensor"],
+        }
 
 
-def measured_step(model: nn.Module, optimizer: torch.optim.Optimizer, at_step: int, cfg: TrainConfig,
-                  ctx: DistContext) -> dict:
+def measured_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, at_step: int, cfg: TrainConfig, ctx: DistContext
+) -> dict:
     """One step with its per-phase peaks (from the step's start) and the census after each phase."""
     census = {"start": model_state_bytes(model, optimizer)}
     with PeakMemory(ctx.device) as mem:
@@ -318,8 +332,10 @@ def activation_checkpointing(cfg: TrainConfig, ctx: DistContext, steps: int = 5)
         forward_backward(model, 0, cfg, ctx)
         grads[name] = full_gradients(model)
         optimizer_step(model, runs[name][1], 0, cfg)
-    same = {"max_logit_difference": float((logits["plain"] - logits["checkpointed"]).abs().max()),
-            "max_grad_difference": float((grads["plain"] - grads["checkpointed"]).abs().max())}
+    same = {
+        "max_logit_difference": float((logits["plain"] - logits["checkpointed"]).abs().max()),
+        "max_grad_difference": float((grads["plain"] - grads["checkpointed"]).abs().max()),
+    }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     results = {}
     for s in range(1, steps + 1):
@@ -331,8 +347,12 @@ def activation_checkpointing(cfg: TrainConfig, ctx: DistContext, steps: int = 5)
     for name, (model, optimizer) in runs.items():
         with CollectiveCounter() as counter:
             step(model, optimizer, steps + 1, cfg, ctx)
-        results[name] = {"median_step_s": statistics.median(seconds[name]), "step_s": seconds[name],
-                         **counter.summary(), **measured_step(model, optimizer, steps + 2, cfg, ctx)}
+        results[name] = {
+            "median_step_s": statistics.median(seconds[name]),
+            "step_s": seconds[name],
+            **counter.summary(),
+            **measured_step(model, optimizer, steps + 2, cfg, ctx),
+        }
     return {**same, "variants": results}
 
 
@@ -349,11 +369,16 @@ def shard_layout(model: nn.Module) -> list[dict]:
         for group in unit._get_fsdp_state()._fsdp_param_groups:
             for fsdp_param in group.fsdp_params:  # FSDP2's record of one sharded parameter
                 element_size = local_tensor(fsdp_param.sharded_param).element_size()
-                layout.append({"unit": unit_name, "name": names[id(fsdp_param.sharded_param)],
-                               "shape": list(fsdp_param._orig_size),
-                               "elements": fsdp_param.sharded_size.numel(),
-                               "padded_elements": fsdp_param.padded_sharded_param_size.numel(),
-                               "bytes": fsdp_param.padded_sharded_param_size.numel() * element_size})
+                layout.append(
+                    {
+                        "unit": unit_name,
+                        "name": names[id(fsdp_param.sharded_param)],
+                        "shape": list(fsdp_param._orig_size),
+                        "elements": fsdp_param.sharded_size.numel(),
+                        "padded_elements": fsdp_param.padded_sharded_param_size.numel(),
+                        "bytes": fsdp_param.padded_sharded_param_size.numel() * element_size,
+                    }
+                )
     return layout
 
 
@@ -369,7 +394,19 @@ def diagnostics(cfg: TrainConfig, ctx: DistContext) -> dict:
         step(model, optimizer, 0, cfg, ctx, mem, census)
     layouts: list[list[dict] | None] = [None] * ctx.world_size
     dist.all_gather_object(layouts, shard_layout(model))
-    units = [{"unit": name, "parameters": [n for n, _ in unit_parameters(m)],
-              "elements": sum(p.numel() for _, p in unit_parameters(m))} for name, m in fsdp_units(model)]
-    return {"world_size": ctx.world_size, "parameters": sum(u["elements"] for u in units), "units": units,
-            "shards_per_rank": layouts, "phase_peak_bytes": mem.phase_peaks, "census": census}
+    units = [
+        {
+            "unit": name,
+            "parameters": [n for n, _ in unit_parameters(m)],
+            "elements": sum(p.numel() for _, p in unit_parameters(m)),
+        }
+        for name, m in fsdp_units(model)
+    ]
+    return {
+        "world_size": ctx.world_size,
+        "parameters": sum(u["elements"] for u in units),
+        "units": units,
+        "shards_per_rank": layouts,
+        "phase_peak_bytes": mem.phase_peaks,
+        "census": census,
+    }

@@ -126,13 +126,20 @@ def locate(annotation: Annotation, number: int = 0) -> Located:
     lines = [text.rstrip("\r\n") for text in raw_lines]
     matches = [first_line + i for i, text in enumerate(lines) if annotation.anchor in text]
     if not matches:
-        raise _problem(annotation, f"anchor not found in {annotation.qualname} "
-                                   f"({Path(source_file).name}:{first_line}-{first_line + len(lines) - 1})")
+        raise _problem(
+            annotation,
+            f"anchor not found in {annotation.qualname} "
+            f"({Path(source_file).name}:{first_line}-{first_line + len(lines) - 1})",
+        )
     if len(matches) > 1:
-        raise _problem(annotation, f"anchor matches {len(matches)} lines of {annotation.qualname} "
-                                   f"(lines {', '.join(map(str, matches))}), it must match exactly one")
-    return Located(annotation, number, Path(source_file), first_line, tuple(lines),
-                   _signature_end(lines, first_line), matches[0])
+        raise _problem(
+            annotation,
+            f"anchor matches {len(matches)} lines of {annotation.qualname} "
+            f"(lines {', '.join(map(str, matches))}), it must match exactly one",
+        )
+    return Located(
+        annotation, number, Path(source_file), first_line, tuple(lines), _signature_end(lines, first_line), matches[0]
+    )
 
 
 def locate_all(annotations: tuple[Annotation, ...] | list[Annotation] = ANNOTATIONS) -> list[Located]:

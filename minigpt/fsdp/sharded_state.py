@@ -111,19 +111,25 @@ def mixed_precision(cfg: TrainConfig, ctx: DistContext, steps: int = 10) -> dict
             step(model, optimizer, s, cfg, ctx)
         weights[name] = {k: unsharded(v) for k, v in model.state_dict().items()}
         reader.load_state_dict(weights[name])
-        results[name] = {"grad_error": relative_error(grads[name], ref_grad),
-                         "first_forward_drift": first_forward,
-                         "weight_drift": float((probe_logits(reader, probe) - ref_logits).abs().max()),
-                         "forward_drift": float((probe_logits(model, probe) - ref_logits).abs().max())}
+        results[name] = {
+            "grad_error": relative_error(grads[name], ref_grad),
+            "first_forward_drift": first_forward,
+            "weight_drift": float((probe_logits(reader, probe) - ref_logits).abs().max()),
+            "forward_drift": float((probe_logits(model, probe) - ref_logits).abs().max()),
+        }
     results["bf16 params, bf16 reduce"]["reduce_rounding"] = relative_error(
-        grads["bf16 params, bf16 reduce"], grads["bf16 params, fp32 reduce"])
+        grads["bf16 params, bf16 reduce"], grads["bf16 params, fp32 reduce"]
+    )
     reader.load_state_dict(weights["fp32"])
     fsdp_fp32_logits = probe_logits(reader, probe)
     for name in MIXED_PRECISION:
         reader.load_state_dict(weights[name])
         results[name]["vs_fsdp_fp32"] = float((probe_logits(reader, probe) - fsdp_fp32_logits).abs().max())
-    return {"steps": steps, "variants": results,
-            "buffers": {n: str(b.dtype).removeprefix("torch.") for n, b in reference.named_buffers()}}
+    return {
+        "steps": steps,
+        "variants": results,
+        "buffers": {n: str(b.dtype).removeprefix("torch.") for n, b in reference.named_buffers()},
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,7 +143,7 @@ def local_norm_term(tensors: Iterable[torch.Tensor], norm_type: float = 2.0) -> 
     flat = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
     if norm_type == float("inf"):
         return float(flat.max()) if flat.numel() else 0.0
-    return float((flat ** norm_type).sum())
+    return float((flat**norm_type).sum())
 
 
 def global_grad_norm_from_shards(local_terms: Sequence[float], norm_type: float = 2.0) -> float:
@@ -194,13 +200,24 @@ def gradient_clipping(cfg: TrainConfig, ctx: DistContext, steps: int = 3) -> dic
     mine = global_grad_norm_from_shards(terms)
     torch_norm = float(unsharded(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))))
     max_norm = round(single / 2, 4)
-    result = {"local_norms": [t ** 0.5 for t in terms], "global_norm": mine, "clip_grad_norm": torch_norm,
-              "single_process_norm": single, "max_norm": max_norm,
-              "local_coefficients": [min(1.0, max_norm / (t ** 0.5 + 1e-6)) for t in terms],
-              "global_coefficient": min(1.0, max_norm / (mine + 1e-6)), "optimizers": {}}
+    result = {
+        "local_norms": [t**0.5 for t in terms],
+        "global_norm": mine,
+        "clip_grad_norm": torch_norm,
+        "single_process_norm": single,
+        "max_norm": max_norm,
+        "local_coefficients": [min(1.0, max_norm / (t**0.5 + 1e-6)) for t in terms],
+        "global_coefficient": min(1.0, max_norm / (mine + 1e-6)),
+        "optimizers": {},
+    }
     for optimizer_name in ("sgd", "adamw"):
-        run_cfg = replace(cfg, optimizer=optimizer_name, grad_clip=max_norm, warmup=0,
-                          **({"lr": 0.1, "min_lr": 0.0} if optimizer_name == "sgd" else {}))
+        run_cfg = replace(
+            cfg,
+            optimizer=optimizer_name,
+            grad_clip=max_norm,
+            warmup=0,
+            **({"lr": 0.1, "min_lr": 0.0} if optimizer_name == "sgd" else {}),
+        )
         reference = build_model(run_cfg).to(ctx.device)
         ref_opt = build_optimizer(reference, run_cfg)
         runs = {how: sharded_model(run_cfg, ctx, "block") for how in ("global", "local")}
@@ -276,9 +293,13 @@ def save_checkpoints(cfg: TrainConfig, ctx: DistContext, out_dir: str | Path, st
     peaks: list[dict | None] = [None] * ctx.world_size
     dist.all_gather_object(peaks, {"sharded": sharded_save.peak_bytes, "full": full_save.peak_bytes})
     dist.barrier()  # every file is written
-    return {"world_size": ctx.world_size, "steps": steps, "save_peak_bytes_per_rank": peaks,
-            "layout": {"sharded": disk_layout(out_dir / SHARDED_DIR), "full": disk_layout(out_dir / FULL_FILE)},
-            "index": dcp_index(out_dir / SHARDED_DIR)}
+    return {
+        "world_size": ctx.world_size,
+        "steps": steps,
+        "save_peak_bytes_per_rank": peaks,
+        "layout": {"sharded": disk_layout(out_dir / SHARDED_DIR), "full": disk_layout(out_dir / FULL_FILE)},
+        "index": dcp_index(out_dir / SHARDED_DIR),
+    }
 
 
 def dcp_index(folder: Path) -> dict:
@@ -292,8 +313,12 @@ def dcp_index(folder: Path) -> dict:
     tensors = {fqn: m for fqn, m in metadata.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
     pieces = [chunk for m in tensors.values() for chunk in m.chunks]
     payload = sum(math.prod(c.sizes) * m.properties.dtype.itemsize for m in tensors.values() for c in m.chunks)
-    return {"tensors": len(tensors), "pieces": len(pieces), "payload_bytes": payload,
-            "model_tensors": sorted(fqn.removeprefix("model.") for fqn in tensors if fqn.startswith("model."))}
+    return {
+        "tensors": len(tensors),
+        "pieces": len(pieces),
+        "payload_bytes": payload,
+        "model_tensors": sorted(fqn.removeprefix("model.") for fqn in tensors if fqn.startswith("model.")),
+    }
 
 
 def load_resharded(cfg: TrainConfig, out_dir: str | Path) -> dict:
@@ -325,9 +350,14 @@ def load_resharded(cfg: TrainConfig, out_dir: str | Path) -> dict:
     return {
         "max_logit_difference": float((logits - saved_logits).abs().max()),
         "max_weight_difference": max(float((weights[k] - v).abs().max()) for k, v in full["model"].items()),
-        "max_optimizer_difference": max(float((loaded_optim[name][k] - v).abs().max())
-                                        for name, st in full["optimizer"]["state"].items() for k, v in st.items()),
+        "max_optimizer_difference": max(
+            float((loaded_optim[name][k] - v).abs().max())
+            for name, st in full["optimizer"]["state"].items()
+            for k, v in st.items()
+        ),
         "tensors_compared": len(full["model"]),
-        "full_stores_tied_twice": (full["model"]["wte.weight"].untyped_storage().data_ptr()
-                                   != full["model"]["lm_head.weight"].untyped_storage().data_ptr()),
+        "full_stores_tied_twice": (
+            full["model"]["wte.weight"].untyped_storage().data_ptr()
+            != full["model"]["lm_head.weight"].untyped_storage().data_ptr()
+        ),
     }

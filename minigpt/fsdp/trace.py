@@ -78,10 +78,9 @@ def ring_bytes_sent(kind: str, full_numel: int, element_size: int, world_size: i
     """Bytes rank ``rank`` sends when a ring runs ``kind`` on a full buffer of ``full_numel``
     elements (chunks as :func:`minigpt.parallel.ring.chunk_bounds` cuts them)."""
     chunks = [stop - start for start, stop in chunk_bounds(full_numel, world_size)]
-    reduce_scatter = full_numel - chunks[rank]                    # every chunk but its own
-    all_gather = full_numel - chunks[(rank + 1) % world_size]     # every chunk but its right neighbour's
-    sent = {"all-gather": all_gather, "reduce-scatter": reduce_scatter,
-            "all-reduce": reduce_scatter + all_gather}[kind]
+    reduce_scatter = full_numel - chunks[rank]  # every chunk but its own
+    all_gather = full_numel - chunks[(rank + 1) % world_size]  # every chunk but its right neighbour's
+    sent = {"all-gather": all_gather, "reduce-scatter": reduce_scatter, "all-reduce": reduce_scatter + all_gather}[kind]
     return sent * element_size
 
 
@@ -122,8 +121,12 @@ class StepRecord:
     def schedule(self) -> list[str]:
         """The training thread's order of all-gather and reduce-scatter issues and block
         computation starts, e.g. ``["all-gather root", "all-gather blocks.0", "forward blocks.0", ...]``."""
-        names = {"all-gather issued": "all-gather", "reduce-scatter issued": "reduce-scatter",
-                 "forward start": "forward", "backward start": "backward"}
+        names = {
+            "all-gather issued": "all-gather",
+            "reduce-scatter issued": "reduce-scatter",
+            "forward start": "forward",
+            "backward start": "backward",
+        }
         return [f"{names[e['what']]} {e['unit']}" for e in self.events if e["what"] in names]
 
     def summary(self) -> dict:
@@ -161,13 +164,13 @@ class FSDPTracer:
         self._current: StepRecord | None = None
         self._t0 = 0.0
         self._phase = "forward"
-        self._units: list[str] = []       # the unit whose FSDP code is running (innermost last)
+        self._units: list[str] = []  # the unit whose FSDP code is running (innermost last)
         self._prefetching = 0
-        self._lock = threading.Lock()     # completion callbacks run on the communication thread
+        self._lock = threading.Lock()  # completion callbacks run on the communication thread
         self._in_flight: dict[int, tuple[dist.Work, Collective]] = {}
         self._callbacks: list[torch.futures.Future] = []
-        self._undo: list = []             # (object, attribute, original) to put back on exit
-        self._handles: list = []          # hook handles to remove on exit
+        self._undo: list = []  # (object, attribute, original) to put back on exit
+        self._handles: list = []  # hook handles to remove on exit
         self._unit_of_handle: dict[int, str] = {}
 
     # -- the step -------------------------------------------------------------------------------
@@ -202,8 +205,15 @@ class FSDPTracer:
         if record is None:
             return
         with self._lock:
-            record.events.append({"t": round(self.now() if t is None else t, 7), "what": what, "unit": unit,
-                                  "phase": self._phase, **detail})
+            record.events.append(
+                {
+                    "t": round(self.now() if t is None else t, 7),
+                    "what": what,
+                    "unit": unit,
+                    "phase": self._phase,
+                    **detail,
+                }
+            )
 
     # -- entering and leaving ---------------------------------------------------------------
 
@@ -252,6 +262,7 @@ class FSDPTracer:
 
     def _install_block_hooks(self) -> None:
         for name, inner, outer in self.blocks:
+
             def forward_start(module, args, name=name):
                 self._event("forward start", name)
 
@@ -265,10 +276,12 @@ class FSDPTracer:
             def backward_end(module, grad_input, grad_output, name=name):
                 self._event("backward end", name)
 
-            self._handles += [inner.register_forward_pre_hook(forward_start),
-                              inner.register_forward_hook(forward_end, prepend=True),
-                              outer.register_forward_hook(mark_backward_start),
-                              inner.register_full_backward_hook(backward_end)]
+            self._handles += [
+                inner.register_forward_pre_hook(forward_start),
+                inner.register_forward_hook(forward_end, prepend=True),
+                outer.register_forward_hook(mark_backward_start),
+                inner.register_full_backward_hook(backward_end),
+            ]
 
     # -- torch.distributed: what is sent ---------------------------------------------------------
 
@@ -308,15 +321,28 @@ class FSDPTracer:
             group, is_async = call.arguments["group"], bool(call.arguments["async_op"])
             world_size, rank = dist.get_world_size(group), dist.get_rank(group)
             collective = Collective(
-                kind=kind, unit=self._units[-1] if self._units else "?", phase=self._phase,
-                prefetch=self._prefetching > 0, is_async=is_async,
-                input_numel=input_numel, output_numel=output_numel, element_size=inputs.element_size(),
+                kind=kind,
+                unit=self._units[-1] if self._units else "?",
+                phase=self._phase,
+                prefetch=self._prefetching > 0,
+                is_async=is_async,
+                input_numel=input_numel,
+                output_numel=output_numel,
+                element_size=inputs.element_size(),
                 sent_bytes=ring_bytes_sent(kind, full_numel, inputs.element_size(), world_size, rank),
-                issued=self.now())
+                issued=self.now(),
+            )
             self._current.collectives.append(collective)
-            self._event(f"{kind} issued", collective.unit, t=collective.issued, prefetch=collective.prefetch,
-                        is_async=is_async, input_numel=collective.input_numel,
-                        output_numel=collective.output_numel, sent_bytes=collective.sent_bytes)
+            self._event(
+                f"{kind} issued",
+                collective.unit,
+                t=collective.issued,
+                prefetch=collective.prefetch,
+                is_async=is_async,
+                input_numel=collective.input_numel,
+                output_numel=collective.output_numel,
+                sent_bytes=collective.sent_bytes,
+            )
             work = original(*args, **kwargs)
             if is_async and work is not None:
                 self._in_flight[id(work)] = (work, collective)

@@ -29,39 +29,60 @@ from minigpt.train import TrainConfig, build_model, build_optimizer
 class Variant:
     """One way of running FSDP. Depths count units: 1 = the next (forward) or previous (backward) one."""
 
-    api: str                          # "fsdp2" (fully_shard) or "fsdp1" (FullyShardedDataParallel)
+    api: str  # "fsdp2" (fully_shard) or "fsdp1" (FullyShardedDataParallel)
     en: str
     es: str
-    forward_prefetch: int = 0         # units a pre-forward all-gathers ahead (0: none; FSDP2: an explicit list)
-    backward_prefetch: int = 1        # units a pre-backward all-gathers ahead (0: none)
-    explicit_backward: bool = False   # FSDP2: backward prefetch lists set by hand, not FSDP's default
-    backward_post: bool = False       # FSDP1 BACKWARD_POST: prefetch after a block's backward
+    forward_prefetch: int = 0  # units a pre-forward all-gathers ahead (0: none; FSDP2: an explicit list)
+    backward_prefetch: int = 1  # units a pre-backward all-gathers ahead (0: none)
+    explicit_backward: bool = False  # FSDP2: backward prefetch lists set by hand, not FSDP's default
+    backward_post: bool = False  # FSDP1 BACKWARD_POST: prefetch after a block's backward
     reshard_after_forward: bool = True
-    async_unshard: bool = False       # FSDP2: pre-forward/pre-backward unshards with async_op=True
+    async_unshard: bool = False  # FSDP2: pre-forward/pre-backward unshards with async_op=True
 
 
 VARIANTS: dict[str, Variant] = {
-    "fsdp2-implicit": Variant("fsdp2", "FSDP2 defaults (implicit backward prefetch)",
-                              "FSDP2 por defecto (precarga implícita en el backward)"),
-    "fsdp2-explicit-forward": Variant("fsdp2", "FSDP2, explicit forward prefetch of the next block",
-                                      "FSDP2, precarga explícita del bloque siguiente en el forward",
-                                      forward_prefetch=1),
-    "fsdp2-explicit-backward": Variant("fsdp2", "FSDP2, explicit backward prefetch of the two previous blocks",
-                                       "FSDP2, precarga explícita de los dos bloques anteriores en el backward",
-                                       backward_prefetch=2, explicit_backward=True),
-    "fsdp2-no-reshard": Variant("fsdp2", "FSDP2, reshard_after_forward=False",
-                                "FSDP2, reshard_after_forward=False", reshard_after_forward=False),
-    "fsdp2-async-unshard": Variant("fsdp2", "FSDP2 defaults, asynchronous unshard",
-                                   "FSDP2 por defecto, unshard asíncrono", async_unshard=True),
-    "fsdp2-async-explicit": Variant("fsdp2", "FSDP2, asynchronous unshard, explicit prefetch (forward 1, backward 2)",
-                                    "FSDP2, unshard asíncrono, precarga explícita (forward 1, backward 2)",
-                                    forward_prefetch=1, backward_prefetch=2, explicit_backward=True, async_unshard=True),
-    "fsdp1-no-prefetch": Variant("fsdp1", "FSDP1, backward_prefetch=None", "FSDP1, backward_prefetch=None",
-                                 backward_prefetch=0),
+    "fsdp2-implicit": Variant(
+        "fsdp2", "FSDP2 defaults (implicit backward prefetch)", "FSDP2 por defecto (precarga implícita en el backward)"
+    ),
+    "fsdp2-explicit-forward": Variant(
+        "fsdp2",
+        "FSDP2, explicit forward prefetch of the next block",
+        "FSDP2, precarga explícita del bloque siguiente en el forward",
+        forward_prefetch=1,
+    ),
+    "fsdp2-explicit-backward": Variant(
+        "fsdp2",
+        "FSDP2, explicit backward prefetch of the two previous blocks",
+        "FSDP2, precarga explícita de los dos bloques anteriores en el backward",
+        backward_prefetch=2,
+        explicit_backward=True,
+    ),
+    "fsdp2-no-reshard": Variant(
+        "fsdp2", "FSDP2, reshard_after_forward=False", "FSDP2, reshard_after_forward=False", reshard_after_forward=False
+    ),
+    "fsdp2-async-unshard": Variant(
+        "fsdp2", "FSDP2 defaults, asynchronous unshard", "FSDP2 por defecto, unshard asíncrono", async_unshard=True
+    ),
+    "fsdp2-async-explicit": Variant(
+        "fsdp2",
+        "FSDP2, asynchronous unshard, explicit prefetch (forward 1, backward 2)",
+        "FSDP2, unshard asíncrono, precarga explícita (forward 1, backward 2)",
+        forward_prefetch=1,
+        backward_prefetch=2,
+        explicit_backward=True,
+        async_unshard=True,
+    ),
+    "fsdp1-no-prefetch": Variant(
+        "fsdp1", "FSDP1, backward_prefetch=None", "FSDP1, backward_prefetch=None", backward_prefetch=0
+    ),
     "fsdp1-backward-pre": Variant("fsdp1", "FSDP1, BACKWARD_PRE (its default)", "FSDP1, BACKWARD_PRE (por defecto)"),
     "fsdp1-backward-post": Variant("fsdp1", "FSDP1, BACKWARD_POST", "FSDP1, BACKWARD_POST", backward_post=True),
-    "fsdp1-forward-prefetch": Variant("fsdp1", "FSDP1, forward_prefetch=True (and BACKWARD_PRE)",
-                                      "FSDP1, forward_prefetch=True (y BACKWARD_PRE)", forward_prefetch=1),
+    "fsdp1-forward-prefetch": Variant(
+        "fsdp1",
+        "FSDP1, forward_prefetch=True (and BACKWARD_PRE)",
+        "FSDP1, forward_prefetch=True (y BACKWARD_PRE)",
+        forward_prefetch=1,
+    ),
 }
 
 
@@ -114,7 +135,7 @@ def predict_event_order(n_blocks: int, variant: str) -> list[str]:
     units = ["root", *blocks]  # forward order
     for i, unit in enumerate(units):
         all_gather(unit)
-        for ahead in units[i + 1: i + 1 + v.forward_prefetch]:
+        for ahead in units[i + 1 : i + 1 + v.forward_prefetch]:
             all_gather(ahead)
         compute_starts("embeddings" if unit == "root" else unit)
         if unit != "root":
@@ -126,7 +147,7 @@ def predict_event_order(n_blocks: int, variant: str) -> list[str]:
         gathered.discard(unit)
         if v.backward_post and unit != "root":
             i = blocks.index(unit)
-            for ahead in reversed(blocks[max(0, i - v.backward_prefetch): i]):
+            for ahead in reversed(blocks[max(0, i - v.backward_prefetch) : i]):
                 all_gather(ahead)
         order.append(f"reduce-scatter {unit}")
 
@@ -136,11 +157,11 @@ def predict_event_order(n_blocks: int, variant: str) -> list[str]:
             post_backward(unit)
 
     pre_depth = 0 if v.backward_post else v.backward_prefetch
-    for ahead in reversed(blocks[len(blocks) - pre_depth:]):  # the root's pre-backward
+    for ahead in reversed(blocks[len(blocks) - pre_depth :]):  # the root's pre-backward
         all_gather(ahead)
     for i in reversed(range(n_blocks)):
         all_gather(blocks[i])
-        for ahead in reversed(blocks[max(0, i - pre_depth): i]):
+        for ahead in reversed(blocks[max(0, i - pre_depth) : i]):
             all_gather(ahead)
         order.append(f"backward {blocks[i]}")
         post_backwards_after(blocks[i])
@@ -152,7 +173,7 @@ def predict_all_gather_order(n_blocks: int, variant: str) -> list[str]:
     """The units whose parameters are all-gathered in one step, in issue order (forward, then
     backward), e.g. ``["root", "blocks.0", ..., "blocks.3", "blocks.3", ..., "blocks.0"]``."""
     prefix = "all-gather "
-    return [e[len(prefix):] for e in predict_event_order(n_blocks, variant) if e.startswith(prefix)]
+    return [e[len(prefix) :] for e in predict_event_order(n_blocks, variant) if e.startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,11 +192,11 @@ def wrap(variant: Variant, model: MiniGPT, device: torch.device) -> tuple[nn.Mod
         units = [model, *blocks]  # forward order
         if variant.forward_prefetch:
             for i, unit in enumerate(units):
-                unit.set_modules_to_forward_prefetch(blocks[i: i + variant.forward_prefetch])
+                unit.set_modules_to_forward_prefetch(blocks[i : i + variant.forward_prefetch])
         if variant.explicit_backward:
             for i, unit in enumerate(units):  # backward: the root first, then blocks 3, 2, 1, 0
-                before = blocks[:i - 1] if unit is not model else blocks
-                unit.set_modules_to_backward_prefetch(before[::-1][:variant.backward_prefetch])
+                before = blocks[: i - 1] if unit is not model else blocks
+                unit.set_modules_to_backward_prefetch(before[::-1][: variant.backward_prefetch])
         if variant.async_unshard:
             model._set_unshard_async_op(True)  # every FSDP module below the root too
         return model, [(f"blocks.{i}", b, b) for i, b in enumerate(blocks)]
@@ -186,9 +207,13 @@ def wrap(variant: Variant, model: MiniGPT, device: torch.device) -> tuple[nn.Mod
     if variant.backward_prefetch:
         backward = BackwardPrefetch.BACKWARD_POST if variant.backward_post else BackwardPrefetch.BACKWARD_PRE
     wrapped = FullyShardedDataParallel(
-        model, auto_wrap_policy=ModuleWrapPolicy({Block}), backward_prefetch=backward,
-        forward_prefetch=variant.forward_prefetch > 0, use_orig_params=True,  # named parameters for AdamW's groups
-        device_id=device)  # on a CPU FSDP1 refuses to start without device_id=torch.device("cpu")
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+        backward_prefetch=backward,
+        forward_prefetch=variant.forward_prefetch > 0,
+        use_orig_params=True,  # named parameters for AdamW's groups
+        device_id=device,
+    )  # on a CPU FSDP1 refuses to start without device_id=torch.device("cpu")
     return wrapped, [(f"blocks.{i}", b.module, b) for i, b in enumerate(wrapped.module.blocks)]
 
 
@@ -200,8 +225,12 @@ def sharded_optimizer(wrapped: nn.Module, cfg: TrainConfig) -> torch.optim.Optim
     """
     template_model = build_model(cfg)
     template = build_optimizer(template_model, cfg)
-    group_of = {name: g for g, group in enumerate(template.param_groups)
-                for name, p in template_model.named_parameters() if any(p is q for q in group["params"])}
+    group_of = {
+        name: g
+        for g, group in enumerate(template.param_groups)
+        for name, p in template_model.named_parameters()
+        if any(p is q for q in group["params"])
+    }
     groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": []} for group in template.param_groups]
     for name, p in wrapped.named_parameters():
         groups[group_of[name.replace(FSDP1_WRAPPED, "")]]["params"].append(p)

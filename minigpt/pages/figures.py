@@ -42,8 +42,14 @@ def plot_zero_memory(path: Path, lang: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel(tr(lang, "data-parallel devices N", "dispositivos de paralelismo de datos N"))
     ax.set_ylabel(tr(lang, "model states per device (GB)", "estados del modelo por dispositivo (GB)"))
-    ax.set_title(tr(lang, "Ψ = 7.5B parameters, mixed-precision Adam (K = 12)",
-                    "Ψ = 7,5B parámetros, Adam en precisión mixta (K = 12)"), fontsize=10)
+    ax.set_title(
+        tr(
+            lang,
+            "Ψ = 7.5B parameters, mixed-precision Adam (K = 12)",
+            "Ψ = 7,5B parámetros, Adam en precisión mixta (K = 12)",
+        ),
+        fontsize=10,
+    )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
@@ -54,10 +60,17 @@ def plot_ring_traffic(path: Path, lang: str) -> None:
     plt = _pyplot()
     ns = list(range(2, 65))
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
-    ax.plot(ns, [za.ring_factor(n) for n in ns], label=tr(lang, "ring all-reduce: sent per worker",
-                                                          "all-reduce en anillo: enviado por proceso"))
-    ax.plot(ns, [za.naive_root_bytes(1, n) for n in ns], linestyle="--",
-            label=tr(lang, "one root: received by the root", "una raíz: recibido por la raíz"))
+    ax.plot(
+        ns,
+        [za.ring_factor(n) for n in ns],
+        label=tr(lang, "ring all-reduce: sent per worker", "all-reduce en anillo: enviado por proceso"),
+    )
+    ax.plot(
+        ns,
+        [za.naive_root_bytes(1, n) for n in ns],
+        linestyle="--",
+        label=tr(lang, "one root: received by the root", "una raíz: recibido por la raíz"),
+    )
     ax.set_yscale("log")
     ax.set_xlabel(tr(lang, "workers N", "procesos N"))
     ax.set_ylabel(tr(lang, "traffic, in multiples of the buffer S", "tráfico, en múltiplos del búfer S"))
@@ -79,19 +92,28 @@ def plot_pipeline_schedule(path: Path, lang: str) -> None:
         for op in ops:
             color = "#4c78a8" if op.kind == "F" else "#f58518"
             ax.barh(op.stage, op.end - op.start, left=op.start, color=color, edgecolor="white")
-            ax.text((op.start + op.end) / 2, op.stage, str(op.micro_batch), ha="center",
-                    va="center", fontsize=7, color="white")
+            ax.text(
+                (op.start + op.end) / 2,
+                op.stage,
+                str(op.micro_batch),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
         bubble = pipeline.measured_bubble_fraction(ops)
         peak = pipeline.peak_in_flight(ops, 0)
         name = SCHEDULE_NAMES[schedule]
-        title = tr(lang, f"{name}: idle {pct(bubble, lang)}, stage 0 holds up to {peak} micro-batches",
-                   f"{name}: inactivo {pct(bubble, lang)}, la etapa 0 guarda hasta {peak} microlotes")
+        title = tr(
+            lang,
+            f"{name}: idle {pct(bubble, lang)}, stage 0 holds up to {peak} micro-batches",
+            f"{name}: inactivo {pct(bubble, lang)}, la etapa 0 guarda hasta {peak} microlotes",
+        )
         ax.set_title(title, fontsize=9)
         ax.set_yticks(range(stages))
         ax.set_yticklabels([tr(lang, f"stage {s}", f"etapa {s}") for s in range(stages)], fontsize=8)
         ax.invert_yaxis()
-    axes[-1].set_xlabel(tr(lang, "time (forward = 1, backward = 2)",
-                           "tiempo (hacia delante = 1, hacia atrás = 2)"))
+    axes[-1].set_xlabel(tr(lang, "time (forward = 1, backward = 2)", "tiempo (hacia delante = 1, hacia atrás = 2)"))
     fig.tight_layout()
     _save(fig, path)
 
@@ -106,15 +128,25 @@ def plot_zero_comm(path: Path, lang: str) -> None:
     for s, marker in zip(za.STAGES, "osD^"):
         gb = [comm.bytes_per_step(za.ZERO_PAPER_PSI, s, n) / za.GB for n in ns]
         ax.plot(ns, gb, marker=marker, markersize=4, label=za.STAGE_NAMES[s], alpha=0.8)
-    ax.plot(ns, [comm.bytes_per_step(za.ZERO_PAPER_PSI, 3, n, reshard_after_forward=False) / za.GB for n in ns],
-            linestyle=":", color="grey", label=tr(lang, "ZeRO-3, weights kept for backward",
-                                                 "ZeRO-3, pesos conservados para la pasada hacia atrás"))
+    ax.plot(
+        ns,
+        [comm.bytes_per_step(za.ZERO_PAPER_PSI, 3, n, reshard_after_forward=False) / za.GB for n in ns],
+        linestyle=":",
+        color="grey",
+        label=tr(lang, "ZeRO-3, weights kept for backward", "ZeRO-3, pesos conservados para la pasada hacia atrás"),
+    )
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, None)
     ax.set_xlabel(tr(lang, "data-parallel devices N", "dispositivos de paralelismo de datos N"))
     ax.set_ylabel(tr(lang, "sent per device per step (GB)", "enviado por dispositivo y paso (GB)"))
-    ax.set_title(tr(lang, "Ψ = 7.5B parameters, fp16 gradients and weights, ring collectives",
-                    "Ψ = 7,5B parámetros, gradientes y pesos en fp16, colectivas en anillo"), fontsize=10)
+    ax.set_title(
+        tr(
+            lang,
+            "Ψ = 7.5B parameters, fp16 gradients and weights, ring collectives",
+            "Ψ = 7,5B parámetros, gradientes y pesos en fp16, colectivas en anillo",
+        ),
+        fontsize=10,
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
@@ -135,7 +167,13 @@ def plot_hsdp_tradeoff(path: Path, lang: str) -> None:
         inside.append(t.inside / za.GB)
         across.append(t.across / za.GB)
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
-    ax.plot(degrees, mem, marker="o", color="#4c78a8", label=tr(lang, "model states per device", "estados del modelo por dispositivo"))
+    ax.plot(
+        degrees,
+        mem,
+        marker="o",
+        color="#4c78a8",
+        label=tr(lang, "model states per device", "estados del modelo por dispositivo"),
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(tr(lang, "shard degree S (replicas = 64 / S)", "grado de fragmentación S (réplicas = 64 / S)"))
@@ -143,14 +181,29 @@ def plot_hsdp_tradeoff(path: Path, lang: str) -> None:
     ax.axvline(per_node, color="grey", linestyle="--", linewidth=1)
     ax.text(per_node * 1.08, max(mem) * 0.6, tr(lang, "S = one node", "S = un nodo"), color="grey", fontsize=8)
     twin = ax.twinx()
-    twin.plot(degrees, inside, marker="s", color="#f58518", label=tr(lang, "sent inside the shard group", "enviado dentro del grupo"))
-    twin.plot(degrees, across, marker="^", color="#54a24b", label=tr(lang, "sent across replicas", "enviado entre réplicas"))
+    twin.plot(
+        degrees,
+        inside,
+        marker="s",
+        color="#f58518",
+        label=tr(lang, "sent inside the shard group", "enviado dentro del grupo"),
+    )
+    twin.plot(
+        degrees, across, marker="^", color="#54a24b", label=tr(lang, "sent across replicas", "enviado entre réplicas")
+    )
     twin.set_ylabel(tr(lang, "GB sent per device per step", "GB enviados por dispositivo y paso"))
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center",
-              bbox_to_anchor=(0.5, -0.18), ncol=3)
-    ax.set_title(tr(lang, "HSDP, Ψ = 7B, ZeRO-3 inside each shard group, 8 nodes x 8 devices",
-                    "HSDP, Ψ = 7B, ZeRO-3 dentro de cada grupo, 8 nodos x 8 dispositivos"), fontsize=10)
+    ax.legend(
+        handles, [h.get_label() for h in handles], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3
+    )
+    ax.set_title(
+        tr(
+            lang,
+            "HSDP, Ψ = 7B, ZeRO-3 inside each shard group, 8 nodes x 8 devices",
+            "HSDP, Ψ = 7B, ZeRO-3 dentro de cada grupo, 8 nodos x 8 dispositivos",
+        ),
+        fontsize=10,
+    )
     ax.grid(True, alpha=0.3)
     _save(fig, path)
 
@@ -164,9 +217,12 @@ def plot_sim_timeline(path: Path, lang: str) -> None:
     from minigpt.zero import simulate
 
     plt = _pyplot()
-    kinds = {"weights": tr(lang, "weights", "pesos"), "gradients": tr(lang, "gradients", "gradientes"),
-             "optimizer": tr(lang, "optimizer state", "estado del optimizador"),
-             "working": tr(lang, "working buffer", "búfer de trabajo")}
+    kinds = {
+        "weights": tr(lang, "weights", "pesos"),
+        "gradients": tr(lang, "gradients", "gradientes"),
+        "optimizer": tr(lang, "optimizer state", "estado del optimizador"),
+        "working": tr(lang, "working buffer", "búfer de trabajo"),
+    }
     fig, axes = plt.subplots(1, 4, figsize=(11.0, 3.4), dpi=120, sharey=True)
     for ax, stage in zip(axes, za.STAGES):
         run = simulate.simulate(stage, 4, steps=2, rows=32)
@@ -178,8 +234,9 @@ def plot_sim_timeline(path: Path, lang: str) -> None:
             bottom = [b + h for b, h in zip(bottom, heights)]
         ax.set_xticks(list(xs))
         ax.set_xticklabels([_sim_label(e, lang) for e in run.timeline], rotation=90, fontsize=6)
-        ax.set_title(f"{za.STAGE_NAMES[stage]}: {tr(lang, 'peak', 'pico')} {run.peak_model_state[0] / 1e3:.1f} kB",
-                     fontsize=9)
+        ax.set_title(
+            f"{za.STAGE_NAMES[stage]}: {tr(lang, 'peak', 'pico')} {run.peak_model_state[0] / 1e3:.1f} kB", fontsize=9
+        )
     axes[0].set_ylabel(tr(lang, "held by worker 0 (kB)", "en manos del proceso 0 (kB)"))
     handles, labels = axes[0].get_legend_handles_labels()
     fig.tight_layout()
@@ -188,8 +245,12 @@ def plot_sim_timeline(path: Path, lang: str) -> None:
 
 
 def _sim_label(event, lang: str) -> str:
-    words = {"forward": ("forward", "adelante"), "backward": ("backward", "atrás"),
-             "update": ("update", "actualización"), "all-gather": ("all-gather", "all-gather")}
+    words = {
+        "forward": ("forward", "adelante"),
+        "backward": ("backward", "atrás"),
+        "update": ("update", "actualización"),
+        "all-gather": ("all-gather", "all-gather"),
+    }
     first, _, rest = event.label.partition(" ")
     text = tr(lang, *words.get(first, (first, first))) + (f" {rest}" if rest else "")
     if event.collective and not event.label.startswith("all-gather"):

@@ -13,38 +13,86 @@ from pathlib import Path
 from minigpt.pages.lang import LANGS
 
 LABELS = {
-    "en": {"variant": "variant", "median": "median step (ms)", "ratio": "vs PyTorch DDP (median of rounds)",
-           "range": "range over rounds",
-           "cap": "bucket cap (MiB)", "buckets": "buckets", "one process": "one process (whole batch)",
-           "naive": "naive (per-gradient all-reduce after backward)", "bucketed": "hand-rolled BucketedDDP",
-           "torch-ddp": "PyTorch DistributedDataParallel", "xlabel": "ms since the forward pass started",
-           "ylabel": "bucket", "grads": "gradients produced (backward)", "reduce": "all-reduce in flight",
-           "bwd": "loss.backward() returns", "bwd_start": "loss.backward() called", "title": "One step of BucketedDDP, {n} ranks"},
-    "es": {"variant": "variante", "median": "paso, mediana (ms)", "ratio": "frente a DDP de PyTorch (mediana de rondas)",
-           "range": "rango en las rondas",
-           "cap": "tope del bucket (MiB)", "buckets": "buckets", "one process": "un proceso (lote entero)",
-           "naive": "ingenua (all-reduce por gradiente tras el backward)", "bucketed": "BucketedDDP hecho a mano",
-           "torch-ddp": "DistributedDataParallel de PyTorch", "xlabel": "ms desde el inicio del forward",
-           "ylabel": "bucket", "grads": "gradientes calculados (backward)", "reduce": "all-reduce en curso",
-           "bwd": "loss.backward() retorna", "bwd_start": "se llama a loss.backward()", "title": "Un paso de BucketedDDP, {n} ranks"},
+    "en": {
+        "variant": "variant",
+        "median": "median step (ms)",
+        "ratio": "vs PyTorch DDP (median of rounds)",
+        "range": "range over rounds",
+        "cap": "bucket cap (MiB)",
+        "buckets": "buckets",
+        "one process": "one process (whole batch)",
+        "naive": "naive (per-gradient all-reduce after backward)",
+        "bucketed": "hand-rolled BucketedDDP",
+        "torch-ddp": "PyTorch DistributedDataParallel",
+        "xlabel": "ms since the forward pass started",
+        "ylabel": "bucket",
+        "grads": "gradients produced (backward)",
+        "reduce": "all-reduce in flight",
+        "bwd": "loss.backward() returns",
+        "bwd_start": "loss.backward() called",
+        "title": "One step of BucketedDDP, {n} ranks",
+    },
+    "es": {
+        "variant": "variante",
+        "median": "paso, mediana (ms)",
+        "ratio": "frente a DDP de PyTorch (mediana de rondas)",
+        "range": "rango en las rondas",
+        "cap": "tope del bucket (MiB)",
+        "buckets": "buckets",
+        "one process": "un proceso (lote entero)",
+        "naive": "ingenua (all-reduce por gradiente tras el backward)",
+        "bucketed": "BucketedDDP hecho a mano",
+        "torch-ddp": "DistributedDataParallel de PyTorch",
+        "xlabel": "ms desde el inicio del forward",
+        "ylabel": "bucket",
+        "grads": "gradientes calculados (backward)",
+        "reduce": "all-reduce en curso",
+        "bwd": "loss.backward() retorna",
+        "bwd_start": "se llama a loss.backward()",
+        "title": "Un paso de BucketedDDP, {n} ranks",
+    },
 }
 
 
 SHAPE_LABELS = {
-    "en": {"shape": "model", "parameters": "parameters (tensors)", "cap": "bucket cap (MiB)",
-           "ratio": "hand-rolled / PyTorch DDP: median (range over rounds)", "buckets": "buckets",
-           "version": "version of the hand-rolled DDP", "minigpt": "MiniGPT", "deep-mlp": "deep MLP",
-           "wide-shallow": "wide, shallow MLP", "many-small": "many small layers"},
-    "es": {"shape": "modelo", "parameters": "parámetros (tensores)", "cap": "tope del bucket (MiB)",
-           "ratio": "hecho a mano / DDP de PyTorch: mediana (rango en las rondas)", "buckets": "buckets",
-           "version": "versión del DDP hecho a mano", "minigpt": "MiniGPT", "deep-mlp": "MLP profundo",
-           "wide-shallow": "MLP ancho y poco profundo", "many-small": "muchas capas pequeñas"},
+    "en": {
+        "shape": "model",
+        "parameters": "parameters (tensors)",
+        "cap": "bucket cap (MiB)",
+        "ratio": "hand-rolled / PyTorch DDP: median (range over rounds)",
+        "buckets": "buckets",
+        "version": "version of the hand-rolled DDP",
+        "minigpt": "MiniGPT",
+        "deep-mlp": "deep MLP",
+        "wide-shallow": "wide, shallow MLP",
+        "many-small": "many small layers",
+    },
+    "es": {
+        "shape": "modelo",
+        "parameters": "parámetros (tensores)",
+        "cap": "tope del bucket (MiB)",
+        "ratio": "hecho a mano / DDP de PyTorch: mediana (rango en las rondas)",
+        "buckets": "buckets",
+        "version": "versión del DDP hecho a mano",
+        "minigpt": "MiniGPT",
+        "deep-mlp": "MLP profundo",
+        "wide-shallow": "MLP ancho y poco profundo",
+        "many-small": "muchas capas pequeñas",
+    },
 }
 VERSION_LABELS = {
-    "en": {"first version": "first version", "+ buckets closed at the cap": "+ buckets closed at the cap",
-           "+ one call per bucket": "+ one call per bucket (not per tensor)", "+ gradients as bucket views": "+ gradients as bucket views"},
-    "es": {"first version": "primera versión", "+ buckets closed at the cap": "+ buckets cerrados al llegar al tope",
-           "+ one call per bucket": "+ una llamada por bucket (no por tensor)", "+ gradients as bucket views": "+ gradientes como vistas del bucket"},
+    "en": {
+        "first version": "first version",
+        "+ buckets closed at the cap": "+ buckets closed at the cap",
+        "+ one call per bucket": "+ one call per bucket (not per tensor)",
+        "+ gradients as bucket views": "+ gradients as bucket views",
+    },
+    "es": {
+        "first version": "primera versión",
+        "+ buckets closed at the cap": "+ buckets cerrados al llegar al tope",
+        "+ one call per bucket": "+ una llamada por bucket (no por tensor)",
+        "+ gradients as bucket views": "+ gradientes como vistas del bucket",
+    },
 }
 
 
@@ -66,11 +114,15 @@ def render_tables(result: dict, lang: str) -> str:
         # the variants take turns, so a round's ratio compares runs made seconds apart
         ratios = [a / b for a, b in zip(rounds[v], rounds["torch-ddp"])]
         spread = f"{number(min(ratios), lang, 2)}–{number(max(ratios), lang, 2)}"
-        rows.append(f"| {L[v]} | {number(1000 * result['medians_s'][v], lang)} | "
-                    f"{number(statistics.median(ratios), lang, 2)} | {spread} |")
+        rows.append(
+            f"| {L[v]} | {number(1000 * result['medians_s'][v], lang)} | "
+            f"{number(statistics.median(ratios), lang, 2)} | {spread} |"
+        )
     rows += ["", f"| {L['cap']} | {L['buckets']} | {L['median']} |", "| ---: | ---: | ---: |"]
     for s in result["sweep"]:
-        rows.append(f"| {number(s['bucket_cap_mb'], lang, 2)} | {s['buckets']} | {number(1000 * s['median_s'], lang)} |")
+        rows.append(
+            f"| {number(s['bucket_cap_mb'], lang, 2)} | {s['buckets']} | {number(1000 * s['median_s'], lang)} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -78,12 +130,17 @@ def render_shapes(result: dict, lang: str) -> str:
     """Part 2: the hand-rolled DDP over PyTorch's, per model and bucket cap."""
     S = SHAPE_LABELS[lang]
     caps = [c["bucket_cap_mb"] for c in next(iter(result["shapes"].values()))["caps"]]
-    rows = [f"| {S['shape']} | {S['parameters']} | " + " | ".join(f"{number(c, lang, 2)} MiB" for c in caps) + " |",
-            "| --- | ---: | " + " | ".join("---:" for _ in caps) + " |"]
+    rows = [
+        f"| {S['shape']} | {S['parameters']} | " + " | ".join(f"{number(c, lang, 2)} MiB" for c in caps) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in caps) + " |",
+    ]
     for name, shape in result["shapes"].items():
         params = f"{shape['parameters']:,}".replace(",", "," if lang == "en" else " ")
-        rows.append(f"| {S[name]} | {params} ({shape['tensors']}) | "
-                    + " | ".join(ratio_cell(c["ratio"], lang) for c in shape["caps"]) + " |")
+        rows.append(
+            f"| {S[name]} | {params} ({shape['tensors']}) | "
+            + " | ".join(ratio_cell(c["ratio"], lang) for c in shape["caps"])
+            + " |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -91,11 +148,16 @@ def render_versions(result: dict, lang: str) -> str:
     """Part 3: each version of the hand-rolled DDP over PyTorch's, per model."""
     S, V = SHAPE_LABELS[lang], VERSION_LABELS[lang]
     names = list(result["ablation"])
-    rows = [f"| {S['version']} | " + " | ".join(S[n] for n in names) + " |",
-            "| --- | " + " | ".join("---:" for _ in names) + " |"]
+    rows = [
+        f"| {S['version']} | " + " | ".join(S[n] for n in names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+    ]
     for version in VERSION_LABELS[lang]:  # the versions in the order they were built up
-        rows.append(f"| {V[version]} | " + " | ".join(ratio_cell(result["ablation"][n][version]["ratio"], lang)
-                                                   for n in names) + " |")
+        rows.append(
+            f"| {V[version]} | "
+            + " | ".join(ratio_cell(result["ablation"][n][version]["ratio"], lang) for n in names)
+            + " |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -107,10 +169,22 @@ def render_timeline(result: dict, lang: str, path: Path) -> None:
     ax = fig.subplots()
     for b in t["buckets"]:
         y = b["bucket"]
-        ax.barh(y + 0.18, 1000 * (b["last_ready_s"] - b["first_ready_s"]) + 0.05, left=1000 * b["first_ready_s"],
-                height=0.32, color="#5c6bc0", label=L["grads"] if y == 0 else None)
-        ax.barh(y - 0.18, 1000 * (b["done_s"] - b["launched_s"]), left=1000 * b["launched_s"], height=0.32,
-                color="#ef6c00", label=L["reduce"] if y == 0 else None)
+        ax.barh(
+            y + 0.18,
+            1000 * (b["last_ready_s"] - b["first_ready_s"]) + 0.05,
+            left=1000 * b["first_ready_s"],
+            height=0.32,
+            color="#5c6bc0",
+            label=L["grads"] if y == 0 else None,
+        )
+        ax.barh(
+            y - 0.18,
+            1000 * (b["done_s"] - b["launched_s"]),
+            left=1000 * b["launched_s"],
+            height=0.32,
+            color="#ef6c00",
+            label=L["reduce"] if y == 0 else None,
+        )
     ax.axvline(1000 * t["backward_start_s"], color="grey", linestyle=":", linewidth=1, label=L["bwd_start"])
     ax.axvline(1000 * t["backward_end_s"], color="black", linestyle="--", linewidth=1, label=L["bwd"])
     ax.set_yticks([b["bucket"] for b in t["buckets"]])
@@ -130,9 +204,11 @@ def render(json_path: str | Path) -> list[Path]:
     result = json.loads(json_path.read_text())
     written = []
     for lang in LANGS:
-        pieces = {"": render_tables(result, lang) if "rounds_s" in result else None,
-                  "-shapes": render_shapes(result, lang) if "shapes" in result else None,
-                  "-versions": render_versions(result, lang) if "ablation" in result else None}
+        pieces = {
+            "": render_tables(result, lang) if "rounds_s" in result else None,
+            "-shapes": render_shapes(result, lang) if "shapes" in result else None,
+            "-versions": render_versions(result, lang) if "ablation" in result else None,
+        }
         for suffix, text in pieces.items():
             if text is not None:
                 path = json_path.with_name(f"{json_path.stem}{suffix}-{lang}.txt")

@@ -17,12 +17,24 @@ from pathlib import Path
 from minigpt.pages.lang import num, pct, sci, tr, write_tables
 
 HEADER = {
-    "en": ["kernel set (ATen, MKL, oneDNN)", "check", "step drift, whole batch: max (step)",
-           "the same, probe in float32: max (step)", "step drift, same micro-batches", "trajectory > 1e-5 from step",
-           "tutor accuracy"],
-    "es": ["conjunto de kernels (ATen, MKL, oneDNN)", "comprobación", "deriva por paso, lote entero: máx. (paso)",
-           "lo mismo, sonda en float32: máx. (paso)", "deriva por paso, mismos microlotes",
-           "trayectoria > 1e-5 desde el paso", "exactitud del tutor"],
+    "en": [
+        "kernel set (ATen, MKL, oneDNN)",
+        "check",
+        "step drift, whole batch: max (step)",
+        "the same, probe in float32: max (step)",
+        "step drift, same micro-batches",
+        "trajectory > 1e-5 from step",
+        "tutor accuracy",
+    ],
+    "es": [
+        "conjunto de kernels (ATen, MKL, oneDNN)",
+        "comprobación",
+        "deriva por paso, lote entero: máx. (paso)",
+        "lo mismo, sonda en float32: máx. (paso)",
+        "deriva por paso, mismos microlotes",
+        "trayectoria > 1e-5 desde el paso",
+        "exactitud del tutor",
+    ],
 }
 SETS = {"avx512": "avx512, AVX512, AVX512_CORE", "avx2": "avx2, AVX2, AVX2", "baseline": "default, SSE4_2, SSE41"}
 
@@ -31,16 +43,25 @@ def table(result: dict, lang: str) -> str:
     header = HEADER[lang]
     lines = ["| " + " | ".join(header) + " |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
-        verdict = ("PASS" if r["passed"] else "FAIL")
+        verdict = "PASS" if r["passed"] else "FAIL"
         micro = sci(r["max_micro_batch_drift"], lang)
         if r["bit_identical_to_micro_batches"]:
             micro = tr(lang, "0 (bit-identical)", "0 (idénticos bit a bit)")
-        lines.append("| " + " | ".join([
-            SETS[r["kernel_set"]], verdict,
-            f"{sci(r['max_step_drift'], lang)} ({r['worst_step']})",
-            f"{sci(r['max_step_drift_float32_probe'], lang)} ({r['worst_step_float32_probe']})",
-            micro, str(r["trajectory_first_step_above_tolerance"]), pct(r["tutor_accuracy"], lang),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    SETS[r["kernel_set"]],
+                    verdict,
+                    f"{sci(r['max_step_drift'], lang)} ({r['worst_step']})",
+                    f"{sci(r['max_step_drift_float32_probe'], lang)} ({r['worst_step_float32_probe']})",
+                    micro,
+                    str(r["trajectory_first_step_above_tolerance"]),
+                    pct(r["tutor_accuracy"], lang),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -83,10 +104,15 @@ def sources_tables(found: list[dict]) -> dict[str, str]:
         lines = [header, "| ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
         for entry in found:
             for k, r in enumerate(entry["params"]):
-                cells = [str(entry["step"]) if k == 0 else "", sci(entry["drift"], lang) if k == 0 else "",
-                         f"`{r['param']}`", sci(r["drift_alone"], lang),
-                         f"{num(r['numbers_differing'], lang)} / {num(r['numbers'], lang)}",
-                         num(r["ulps_there"], lang), num(r["weight_there"], lang, 4)]
+                cells = [
+                    str(entry["step"]) if k == 0 else "",
+                    sci(entry["drift"], lang) if k == 0 else "",
+                    f"`{r['param']}`",
+                    sci(r["drift_alone"], lang),
+                    f"{num(r['numbers_differing'], lang)} / {num(r['numbers'], lang)}",
+                    num(r["ulps_there"], lang),
+                    num(r["weight_there"], lang, 4),
+                ]
                 lines.append("| " + " | ".join(cells) + " |")
         tables[lang] = "\n".join(lines) + "\n"
     return tables

@@ -32,18 +32,44 @@ def _gb(x: float, lang: str, decimals: int = 2) -> str:
 
 def recipes(lang: str) -> str:
     descriptions = {
-        "mixed": ("fp16/bf16 weights and gradients; fp32 master copy, Adam's m and v (the ZeRO paper)",
-                  "pesos y gradientes en fp16/bf16; copia maestra en fp32, m y v de Adam (el artículo de ZeRO)"),
-        "mixed-fp32-grads": ("as mixed, plus an fp32 gradient-accumulation buffer, which is what is reduced",
-                             "como mixed, más un búfer de acumulación de gradientes en fp32, que es lo que se reduce"),
-        "fp32": ("fp32 weights and gradients, Adam's m and v; MiniGPT's own runs",
-                 "pesos y gradientes en fp32, m y v de Adam; las ejecuciones de MiniGPT"),
+        "mixed": (
+            "fp16/bf16 weights and gradients; fp32 master copy, Adam's m and v (the ZeRO paper)",
+            "pesos y gradientes en fp16/bf16; copia maestra en fp32, m y v de Adam (el artículo de ZeRO)",
+        ),
+        "mixed-fp32-grads": (
+            "as mixed, plus an fp32 gradient-accumulation buffer, which is what is reduced",
+            "como mixed, más un búfer de acumulación de gradientes en fp32, que es lo que se reduce",
+        ),
+        "fp32": (
+            "fp32 weights and gradients, Adam's m and v; MiniGPT's own runs",
+            "pesos y gradientes en fp32, m y v de Adam; las ejecuciones de MiniGPT",
+        ),
     }
-    rows = [[f"`{r.name}`", str(r.param_bytes), str(r.grad_bytes), str(r.optimizer_bytes), str(r.total),
-             str(r.reduce_bytes), tr(lang, *descriptions[r.name])] for r in memory.RECIPES.values()]
-    return _table([tr(lang, "recipe", "receta"), tr(lang, "weights", "pesos"), tr(lang, "gradients", "gradientes"),
-                   "K", "total", tr(lang, "reduced", "se reduce"), tr(lang, "what it is", "qué es")], rows,
-                  left_last=True)
+    rows = [
+        [
+            f"`{r.name}`",
+            str(r.param_bytes),
+            str(r.grad_bytes),
+            str(r.optimizer_bytes),
+            str(r.total),
+            str(r.reduce_bytes),
+            tr(lang, *descriptions[r.name]),
+        ]
+        for r in memory.RECIPES.values()
+    ]
+    return _table(
+        [
+            tr(lang, "recipe", "receta"),
+            tr(lang, "weights", "pesos"),
+            tr(lang, "gradients", "gradientes"),
+            "K",
+            "total",
+            tr(lang, "reduced", "se reduce"),
+            tr(lang, "what it is", "qué es"),
+        ],
+        rows,
+        left_last=True,
+    )
 
 
 def paper_table_1(lang: str) -> str:
@@ -68,16 +94,38 @@ def deepspeed_compare(lang: str) -> str:
     rows = []
     cases = [(True, True), (True, False), (False, False)]
     for offload_optimizer, offload_params in cases:
-        ds = memory.deepspeed_estimate(3, ex["total_params"], ex["largest_layer_params"], ex["gpus_per_node"],
-                                       ex["nodes"], offload_optimizer, offload_params, zero_init=True)
-        ours = memory.device_memory(ex["total_params"], n, 3, "mixed", ex["largest_layer_params"],
-                                    offload_optimizer, offload_params)
-        rows.append([f"`{ds.options}`", _gb(ds.gpu, lang), _gb(ours.device, lang),
-                     _gb(ds.cpu, lang), _gb(ours.host * ex["gpus_per_node"], lang)])
-    return _table([tr(lang, "options", "opciones"), tr(lang, "DeepSpeed, per GPU", "DeepSpeed, por GPU"),
-                   tr(lang, "this model, per GPU", "este modelo, por GPU"),
-                   tr(lang, "DeepSpeed, CPU per node", "DeepSpeed, CPU por nodo"),
-                   tr(lang, "this model, CPU per node", "este modelo, CPU por nodo")], rows)
+        ds = memory.deepspeed_estimate(
+            3,
+            ex["total_params"],
+            ex["largest_layer_params"],
+            ex["gpus_per_node"],
+            ex["nodes"],
+            offload_optimizer,
+            offload_params,
+            zero_init=True,
+        )
+        ours = memory.device_memory(
+            ex["total_params"], n, 3, "mixed", ex["largest_layer_params"], offload_optimizer, offload_params
+        )
+        rows.append(
+            [
+                f"`{ds.options}`",
+                _gb(ds.gpu, lang),
+                _gb(ours.device, lang),
+                _gb(ds.cpu, lang),
+                _gb(ours.host * ex["gpus_per_node"], lang),
+            ]
+        )
+    return _table(
+        [
+            tr(lang, "options", "opciones"),
+            tr(lang, "DeepSpeed, per GPU", "DeepSpeed, por GPU"),
+            tr(lang, "this model, per GPU", "este modelo, por GPU"),
+            tr(lang, "DeepSpeed, CPU per node", "DeepSpeed, CPU por nodo"),
+            tr(lang, "this model, CPU per node", "este modelo, CPU por nodo"),
+        ],
+        rows,
+    )
 
 
 def hsdp_tradeoff(lang: str) -> str:
@@ -87,15 +135,28 @@ def hsdp_tradeoff(lang: str) -> str:
     while s <= ex["world"]:
         r = ex["world"] // s
         t = comm.traffic(comm.step_collectives(ex["psi"], 3, s, r))
-        rows.append([str(s), str(r), _gb(memory.device_memory(ex["psi"], s, 3).device, lang),
-                     _gb(t.inside, lang), _gb(t.across, lang),
-                     tr(lang, "yes", "sí") if s <= ex["per_node"] else "no"])
+        rows.append(
+            [
+                str(s),
+                str(r),
+                _gb(memory.device_memory(ex["psi"], s, 3).device, lang),
+                _gb(t.inside, lang),
+                _gb(t.across, lang),
+                tr(lang, "yes", "sí") if s <= ex["per_node"] else "no",
+            ]
+        )
         s *= 2
-    return _table([tr(lang, "shard degree S", "grado de fragmentación S"), tr(lang, "replicas R", "réplicas R"),
-                   tr(lang, "model states per device", "estados del modelo por dispositivo"),
-                   tr(lang, "sent inside the group", "enviado dentro del grupo"),
-                   tr(lang, "sent across replicas", "enviado entre réplicas"),
-                   tr(lang, "group inside one node", "grupo dentro de un nodo")], rows)
+    return _table(
+        [
+            tr(lang, "shard degree S", "grado de fragmentación S"),
+            tr(lang, "replicas R", "réplicas R"),
+            tr(lang, "model states per device", "estados del modelo por dispositivo"),
+            tr(lang, "sent inside the group", "enviado dentro del grupo"),
+            tr(lang, "sent across replicas", "enviado entre réplicas"),
+            tr(lang, "group inside one node", "grupo dentro de un nodo"),
+        ],
+        rows,
+    )
 
 
 def simulation(lang: str) -> str:
@@ -108,16 +169,31 @@ def simulation(lang: str) -> str:
     for run in runs:
         same = all((a == b).all() for a, b in zip(runs[0].weights, run.weights))
         predicted = memory.device_memory(sum(padded), n, run.stage, ex["recipe_name"], largest_layer=max(padded))
-        sent = sum(c.bytes_sent for c in comm.unit_collectives(ex["spec"].unit_sizes, run.stage, n,
-                                                                rec.param_bytes, rec.reduce_bytes))
-        rows.append([za.STAGE_NAMES[run.stage], tr(lang, "bit for bit", "bit a bit") if same else "NO",
-                     num(run.peak_model_state[0], lang), num(predicted.device, lang),
-                     num(run.bytes_sent_per_step[0], lang), num(sent, lang)])
-    return _table([tr(lang, "stage", "etapa"), tr(lang, "weights equal to DDP's", "pesos iguales a los de DDP"),
-                   tr(lang, "peak held, measured (bytes)", "pico retenido, medido (bytes)"),
-                   tr(lang, "model", "modelo"),
-                   tr(lang, "sent per step, measured (bytes)", "enviado por paso, medido (bytes)"),
-                   tr(lang, "model", "modelo")], rows)
+        sent = sum(
+            c.bytes_sent
+            for c in comm.unit_collectives(ex["spec"].unit_sizes, run.stage, n, rec.param_bytes, rec.reduce_bytes)
+        )
+        rows.append(
+            [
+                za.STAGE_NAMES[run.stage],
+                tr(lang, "bit for bit", "bit a bit") if same else "NO",
+                num(run.peak_model_state[0], lang),
+                num(predicted.device, lang),
+                num(run.bytes_sent_per_step[0], lang),
+                num(sent, lang),
+            ]
+        )
+    return _table(
+        [
+            tr(lang, "stage", "etapa"),
+            tr(lang, "weights equal to DDP's", "pesos iguales a los de DDP"),
+            tr(lang, "peak held, measured (bytes)", "pico retenido, medido (bytes)"),
+            tr(lang, "model", "modelo"),
+            tr(lang, "sent per step, measured (bytes)", "enviado por paso, medido (bytes)"),
+            tr(lang, "model", "modelo"),
+        ],
+        rows,
+    )
 
 
 TABLES = {

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from minigpt.pages.lang import num, sci, tr, write_tables
 
-NAMES = {"ddp": ("Lab 01 DDP (ring)", "DDP del lab 01 (anillo)"),
-         "zero1": ("ZeRO-1 optimizer", "optimizador ZeRO-1"),
-         "fsdp2": ("FSDP2 (fully_shard)", "FSDP2 (fully_shard)")}
+NAMES = {
+    "ddp": ("Lab 01 DDP (ring)", "DDP del lab 01 (anillo)"),
+    "zero1": ("ZeRO-1 optimizer", "optimizador ZeRO-1"),
+    "fsdp2": ("FSDP2 (fully_shard)", "FSDP2 (fully_shard)"),
+}
 
 
 def _signed_pct(x: float, lang: str) -> str:
@@ -28,24 +30,36 @@ def rows(report: dict, lang: str) -> list[list[str]]:
     out = []
     for name, r in report["variants"].items():
         en, es = NAMES[name]
-        out.append([tr(lang, en, es), str(r["stage"]),
-                    num(r["bytes_sent_per_step"], lang), num(r["prediction"]["bytes"], lang),
-                    _signed_pct(r["bytes_relative_difference"], lang),
-                    num(r["model_states_after_step"]["total"], lang), num(predicted_states(r), lang),
-                    _signed_pct(r["model_states_relative_difference"], lang),
-                    num(r["peak_bytes_during_step"] / 1e6, lang, 2) + " MB",
-                    sci(r["step_drift"]["max"], lang)])
+        out.append(
+            [
+                tr(lang, en, es),
+                str(r["stage"]),
+                num(r["bytes_sent_per_step"], lang),
+                num(r["prediction"]["bytes"], lang),
+                _signed_pct(r["bytes_relative_difference"], lang),
+                num(r["model_states_after_step"]["total"], lang),
+                num(predicted_states(r), lang),
+                _signed_pct(r["model_states_relative_difference"], lang),
+                num(r["peak_bytes_during_step"] / 1e6, lang, 2) + " MB",
+                sci(r["step_drift"]["max"], lang),
+            ]
+        )
     return out
 
 
 def headers(lang: str) -> list[str]:
-    return [tr(lang, "run", "ejecución"), tr(lang, "ZeRO stage", "etapa ZeRO"),
-            tr(lang, "bytes sent per rank per step", "bytes enviados por rank y paso"),
-            tr(lang, "model", "modelo"), tr(lang, "difference", "diferencia"),
-            tr(lang, "model states after the step (bytes)", "estados del modelo tras el paso (bytes)"),
-            tr(lang, "model", "modelo"), tr(lang, "difference", "diferencia"),
-            tr(lang, "peak during the step, all tensors", "pico durante el paso, todos los tensores"),
-            tr(lang, "max step drift", "deriva máx. por paso")]
+    return [
+        tr(lang, "run", "ejecución"),
+        tr(lang, "ZeRO stage", "etapa ZeRO"),
+        tr(lang, "bytes sent per rank per step", "bytes enviados por rank y paso"),
+        tr(lang, "model", "modelo"),
+        tr(lang, "difference", "diferencia"),
+        tr(lang, "model states after the step (bytes)", "estados del modelo tras el paso (bytes)"),
+        tr(lang, "model", "modelo"),
+        tr(lang, "difference", "diferencia"),
+        tr(lang, "peak during the step, all tensors", "pico durante el paso, todos los tensores"),
+        tr(lang, "max step drift", "deriva máx. por paso"),
+    ]
 
 
 def markdown(report: dict, lang: str) -> str:
@@ -61,10 +75,16 @@ def console_table(report: dict) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     fmt = lambda row: "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
     verdict = {True: "PASS", False: "FAIL", None: "not checked"}[report["passed"]]
-    return "\n".join([f"[rank 0] Ψ = {report['params']:,} parameters, world size {report['world_size']} "
-                      f"({report['backend']}, {report['device']}), {report['steps']} steps per run; "
-                      f"check against one process: {verdict} (tolerance {report['tolerance']:g})",
-                      fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)])
+    return "\n".join(
+        [
+            f"[rank 0] Ψ = {report['params']:,} parameters, world size {report['world_size']} "
+            f"({report['backend']}, {report['device']}), {report['steps']} steps per run; "
+            f"check against one process: {verdict} (tolerance {report['tolerance']:g})",
+            fmt(head),
+            "  ".join("-" * w for w in widths),
+            *map(fmt, body),
+        ]
+    )
 
 
 def render_files(json_path: str) -> list[Path]:

@@ -15,78 +15,155 @@ DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "c
 
 LABELS = {
     "en": {
-        "policy": "policy", "units": "units", "ag": "all-gathers per step", "rs": "reduce-scatters per step",
-        "ag_mb": "MB all-gathered per step", "peak_fwd": "peak, forward (MB)", "peak_bwd": "peak, backward (MB)",
+        "policy": "policy",
+        "units": "units",
+        "ag": "all-gathers per step",
+        "rs": "reduce-scatters per step",
+        "ag_mb": "MB all-gathered per step",
+        "peak_fwd": "peak, forward (MB)",
+        "peak_bwd": "peak, backward (MB)",
         "peak_one": "peak, 1 sentence per rank (MB)",
-        "mp": "FSDP2 mixed precision", "grad_error": "gradient error (relative)", "fwd_drift": "drift of one forward",
-        "weight_drift": "weight drift after {k} steps", "vs_fp32": "same, against FSDP fp32",
-        "fp32": "fp32 (no policy)", "bf16 params, fp32 reduce": "bf16 parameters, fp32 reduce",
+        "mp": "FSDP2 mixed precision",
+        "grad_error": "gradient error (relative)",
+        "fwd_drift": "drift of one forward",
+        "weight_drift": "weight drift after {k} steps",
+        "vs_fp32": "same, against FSDP fp32",
+        "fp32": "fp32 (no policy)",
+        "bf16 params, fp32 reduce": "bf16 parameters, fp32 reduce",
         "bf16 params, bf16 reduce": "bf16 parameters, bf16 reduce",
         "rounding": "The bf16 reduction's own rounding (bf16 reduce against fp32 reduce): {x}. "
-                    "Buffers: {n}, of dtype {dtypes}.",
-        "variant": "variant", "plain": "blocks as they are", "checkpointed": "each block checkpointed",
-        "median": "median step (ms)", "same": "Largest difference, first step: logits {logits}, gradients {grads}.",
-        "checkpoint": "checkpoint", "save_peak": "peak at save, rank {r} (MB)", "files": "files", "disk": "MB on disk",
-        "sharded": "sharded (DCP)", "full": "full (gathered on rank 0)", "file": "file",
-        "read": "read at world size {w}, compared with", "diff": r"max \|difference\|",
-        "logits": "logits of the saving run (probe batch)", "weights": "weights of the full state dict ({n} tensors)",
+        "Buffers: {n}, of dtype {dtypes}.",
+        "variant": "variant",
+        "plain": "blocks as they are",
+        "checkpointed": "each block checkpointed",
+        "median": "median step (ms)",
+        "same": "Largest difference, first step: logits {logits}, gradients {grads}.",
+        "checkpoint": "checkpoint",
+        "save_peak": "peak at save, rank {r} (MB)",
+        "files": "files",
+        "disk": "MB on disk",
+        "sharded": "sharded (DCP)",
+        "full": "full (gathered on rank 0)",
+        "file": "file",
+        "read": "read at world size {w}, compared with",
+        "diff": r"max \|difference\|",
+        "logits": "logits of the saving run (probe batch)",
+        "weights": "weights of the full state dict ({n} tensors)",
         "adamw": "AdamW state of the full state dict",
         "index": "`.metadata` indexes {tensors} tensors stored in {pieces} pieces (a piece: one rank's shard of one "
-                 "tensor; a scalar is stored once): {payload} MB of tensor data, {framing} kB of framing per piece.",
+        "tensor; a scalar is stored once): {payload} MB of tensor data, {framing} kB of framing per piece.",
         "tied": " The tied matrix is stored twice, as `wte.weight` and as `lm_head.weight`{also}.",
         "also_full": ", in `full.pt` too",
-        "norm": "gradient norm", "value": "value", "coef": "clip coefficient for max_norm {m}",
-        "local_r": "local, rank {r}", "global": "global, from the ranks' sums of squares",
-        "torch_norm": "`clip_grad_norm_` on the sharded gradients", "single": "one process, whole gradient",
-        "optimizer": "optimizer", "clips": "FSDP clips", "by_global": "by the global norm",
-        "by_local": "by each rank's local norm", "step_drift": "drift after step 1 (step drift)",
+        "norm": "gradient norm",
+        "value": "value",
+        "coef": "clip coefficient for max_norm {m}",
+        "local_r": "local, rank {r}",
+        "global": "global, from the ranks' sums of squares",
+        "torch_norm": "`clip_grad_norm_` on the sharded gradients",
+        "single": "one process, whole gradient",
+        "optimizer": "optimizer",
+        "clips": "FSDP clips",
+        "by_global": "by the global norm",
+        "by_local": "by each rank's local norm",
+        "step_drift": "drift after step 1 (step drift)",
         "trajectory": "trajectory drift after step {s}",
-        "unit": "unit", "parameters": "parameters", "elements": "elements", "r_elements": "rank {r}: elements",
-        "r_padding": "rank {r}: padding", "r_bytes": "rank {r}: bytes", "phase": "phase (rank 0)",
-        "after": "{kind} after (MB)", "during": "peak during (MB)", "gradients": "gradients", "gathered": "gathered",
-        "fig_memory": "Memory of one FSDP2 step per wrap policy (rank 0)", "fig_batch": "training batch ({n} sentences per rank)",
-        "fig_one": "1 sentence per rank", "fig_phase_peak": "peak during the phase (MB)",
-        "fig_ac": "Activation checkpointing: memory against time (rank 0)", "fig_time": "median step time (ms)",
+        "unit": "unit",
+        "parameters": "parameters",
+        "elements": "elements",
+        "r_elements": "rank {r}: elements",
+        "r_padding": "rank {r}: padding",
+        "r_bytes": "rank {r}: bytes",
+        "phase": "phase (rank 0)",
+        "after": "{kind} after (MB)",
+        "during": "peak during (MB)",
+        "gradients": "gradients",
+        "gathered": "gathered",
+        "fig_memory": "Memory of one FSDP2 step per wrap policy (rank 0)",
+        "fig_batch": "training batch ({n} sentences per rank)",
+        "fig_one": "1 sentence per rank",
+        "fig_phase_peak": "peak during the phase (MB)",
+        "fig_ac": "Activation checkpointing: memory against time (rank 0)",
+        "fig_time": "median step time (ms)",
         "fig_peak": "peak memory of a step (MB)",
-        "forward": "forward", "backward": "backward", "optimizer step": "optimizer step",
+        "forward": "forward",
+        "backward": "backward",
+        "optimizer step": "optimizer step",
     },
     "es": {
-        "policy": "política", "units": "unidades", "ag": "all-gathers por paso", "rs": "reduce-scatters por paso",
-        "ag_mb": "MB en all-gather por paso", "peak_fwd": "pico, forward (MB)", "peak_bwd": "pico, backward (MB)",
+        "policy": "política",
+        "units": "unidades",
+        "ag": "all-gathers por paso",
+        "rs": "reduce-scatters por paso",
+        "ag_mb": "MB en all-gather por paso",
+        "peak_fwd": "pico, forward (MB)",
+        "peak_bwd": "pico, backward (MB)",
         "peak_one": "pico, 1 oración por rank (MB)",
-        "mp": "precisión mixta de FSDP2", "grad_error": "error del gradiente (relativo)", "fwd_drift": "deriva de un forward",
-        "weight_drift": "deriva de los pesos tras {k} pasos", "vs_fp32": "ídem, frente a FSDP fp32",
-        "fp32": "fp32 (sin política)", "bf16 params, fp32 reduce": "parámetros bf16, reducción fp32",
+        "mp": "precisión mixta de FSDP2",
+        "grad_error": "error del gradiente (relativo)",
+        "fwd_drift": "deriva de un forward",
+        "weight_drift": "deriva de los pesos tras {k} pasos",
+        "vs_fp32": "ídem, frente a FSDP fp32",
+        "fp32": "fp32 (sin política)",
+        "bf16 params, fp32 reduce": "parámetros bf16, reducción fp32",
         "bf16 params, bf16 reduce": "parámetros bf16, reducción bf16",
         "rounding": "El redondeo propio de la reducción en bf16 (reducción bf16 frente a fp32): {x}. "
-                    "Buffers: {n}, de tipo {dtypes}.",
-        "variant": "variante", "plain": "bloques tal cual", "checkpointed": "cada bloque con recálculo",
-        "median": "paso, mediana (ms)", "same": "Mayor diferencia en el primer paso: logits {logits}, gradientes {grads}.",
-        "checkpoint": "checkpoint", "save_peak": "pico al guardar, rank {r} (MB)", "files": "archivos", "disk": "MB en disco",
-        "sharded": "fragmentado (DCP)", "full": "completo (reunido en el rank 0)", "file": "archivo",
-        "read": "leído con tamaño del mundo {w}, comparado con", "diff": r"máx. \|diferencia\|",
+        "Buffers: {n}, de tipo {dtypes}.",
+        "variant": "variante",
+        "plain": "bloques tal cual",
+        "checkpointed": "cada bloque con recálculo",
+        "median": "paso, mediana (ms)",
+        "same": "Mayor diferencia en el primer paso: logits {logits}, gradientes {grads}.",
+        "checkpoint": "checkpoint",
+        "save_peak": "pico al guardar, rank {r} (MB)",
+        "files": "archivos",
+        "disk": "MB en disco",
+        "sharded": "fragmentado (DCP)",
+        "full": "completo (reunido en el rank 0)",
+        "file": "archivo",
+        "read": "leído con tamaño del mundo {w}, comparado con",
+        "diff": r"máx. \|diferencia\|",
         "logits": "logits de la ejecución que guardó (lote de prueba)",
-        "weights": "pesos del state dict completo ({n} tensores)", "adamw": "estado de AdamW del state dict completo",
+        "weights": "pesos del state dict completo ({n} tensores)",
+        "adamw": "estado de AdamW del state dict completo",
         "index": "`.metadata` indexa {tensors} tensores guardados en {pieces} trozos (un trozo: el fragmento que "
-                 "un rank tiene de un tensor; un escalar se guarda una vez): {payload} MB de datos de tensores, "
-                 "{framing} kB de envoltorio por trozo.",
+        "un rank tiene de un tensor; un escalar se guarda una vez): {payload} MB de datos de tensores, "
+        "{framing} kB de envoltorio por trozo.",
         "tied": " La matriz atada se guarda dos veces, como `wte.weight` y como `lm_head.weight`{also}.",
         "also_full": ", también en `full.pt`",
-        "norm": "norma del gradiente", "value": "valor", "coef": "coeficiente de recorte para max_norm {m}",
-        "local_r": "local, rank {r}", "global": "global, de las sumas de cuadrados de los ranks",
-        "torch_norm": "`clip_grad_norm_` sobre los gradientes fragmentados", "single": "un proceso, gradiente entero",
-        "optimizer": "optimizador", "clips": "FSDP recorta", "by_global": "por la norma global",
-        "by_local": "por la norma local de cada rank", "step_drift": "deriva tras el paso 1 (deriva por paso)",
+        "norm": "norma del gradiente",
+        "value": "valor",
+        "coef": "coeficiente de recorte para max_norm {m}",
+        "local_r": "local, rank {r}",
+        "global": "global, de las sumas de cuadrados de los ranks",
+        "torch_norm": "`clip_grad_norm_` sobre los gradientes fragmentados",
+        "single": "un proceso, gradiente entero",
+        "optimizer": "optimizador",
+        "clips": "FSDP recorta",
+        "by_global": "por la norma global",
+        "by_local": "por la norma local de cada rank",
+        "step_drift": "deriva tras el paso 1 (deriva por paso)",
         "trajectory": "deriva de la trayectoria tras el paso {s}",
-        "unit": "unidad", "parameters": "parámetros", "elements": "elementos", "r_elements": "rank {r}: elementos",
-        "r_padding": "rank {r}: relleno", "r_bytes": "rank {r}: bytes", "phase": "fase (rank 0)",
-        "after": "{kind} después (MB)", "during": "pico durante (MB)", "gradients": "gradientes", "gathered": "reunidos",
+        "unit": "unidad",
+        "parameters": "parámetros",
+        "elements": "elementos",
+        "r_elements": "rank {r}: elementos",
+        "r_padding": "rank {r}: relleno",
+        "r_bytes": "rank {r}: bytes",
+        "phase": "fase (rank 0)",
+        "after": "{kind} después (MB)",
+        "during": "pico durante (MB)",
+        "gradients": "gradientes",
+        "gathered": "reunidos",
         "fig_memory": "Memoria de un paso de FSDP2 por política de envoltura (rank 0)",
-        "fig_batch": "lote de entrenamiento ({n} oraciones por rank)", "fig_one": "1 oración por rank",
+        "fig_batch": "lote de entrenamiento ({n} oraciones por rank)",
+        "fig_one": "1 oración por rank",
         "fig_phase_peak": "pico durante la fase (MB)",
-        "fig_ac": "Recálculo de activaciones: memoria frente a tiempo (rank 0)", "fig_time": "tiempo de paso, mediana (ms)",
+        "fig_ac": "Recálculo de activaciones: memoria frente a tiempo (rank 0)",
+        "fig_time": "tiempo de paso, mediana (ms)",
         "fig_peak": "pico de memoria de un paso (MB)",
-        "forward": "forward", "backward": "backward", "optimizer step": "paso del optimizador",
+        "forward": "forward",
+        "backward": "backward",
+        "optimizer step": "paso del optimizador",
     },
 }
 PHASES_OF_STEP = ("forward", "backward", "optimizer")
@@ -113,27 +190,53 @@ def table_wrap(r: dict, lang: str) -> str:
     rows = []
     for policy in ("whole", "block", "linear"):
         p, counted = r[policy], r[policy]["collectives_per_step"][-1]
-        rows.append([f"`{policy}`", len(p["units"]), counted["all_gathers"], counted["reduce_scatters"],
-                     _mb(counted["all_gather_bytes"], lang), _mb(p["phase_peak_bytes"]["forward"], lang),
-                     _mb(p["phase_peak_bytes"]["backward"], lang), _mb(p["one_sentence"]["peak_bytes"], lang)])
+        rows.append(
+            [
+                f"`{policy}`",
+                len(p["units"]),
+                counted["all_gathers"],
+                counted["reduce_scatters"],
+                _mb(counted["all_gather_bytes"], lang),
+                _mb(p["phase_peak_bytes"]["forward"], lang),
+                _mb(p["phase_peak_bytes"]["backward"], lang),
+                _mb(p["one_sentence"]["peak_bytes"], lang),
+            ]
+        )
     return md_table([L[k] for k in ("policy", "units", "ag", "rs", "ag_mb", "peak_fwd", "peak_bwd", "peak_one")], rows)
 
 
 def table_mixed_precision(r: dict, lang: str) -> str:
     L = LABELS[lang]
     header = [L["mp"], L["grad_error"], L["fwd_drift"], L["weight_drift"].format(k=r["steps"]), L["vs_fp32"]]
-    rows = [[L[name], _sci(v["grad_error"], lang), _sci(v["first_forward_drift"], lang),
-             _sci(v["weight_drift"], lang), _sci(v["vs_fsdp_fp32"], lang)] for name, v in r["variants"].items()]
+    rows = [
+        [
+            L[name],
+            _sci(v["grad_error"], lang),
+            _sci(v["first_forward_drift"], lang),
+            _sci(v["weight_drift"], lang),
+            _sci(v["vs_fsdp_fp32"], lang),
+        ]
+        for name, v in r["variants"].items()
+    ]
     rounding = r["variants"]["bf16 params, bf16 reduce"]["reduce_rounding"]
-    note = L["rounding"].format(x=_sci(rounding, lang), n=len(r["buffers"]),
-                                dtypes=", ".join(sorted(set(r["buffers"].values()))))
+    note = L["rounding"].format(
+        x=_sci(rounding, lang), n=len(r["buffers"]), dtypes=", ".join(sorted(set(r["buffers"].values())))
+    )
     return md_table(header, rows) + "\n" + note + "\n"
 
 
 def table_activation_checkpointing(r: dict, lang: str) -> str:
     L = LABELS[lang]
-    rows = [[L[name], _mb(v["phase_peak_bytes"]["forward"], lang), _mb(v["phase_peak_bytes"]["backward"], lang),
-             num(1000 * v["median_step_s"], lang, 1), v["all_gathers"]] for name, v in r["variants"].items()]
+    rows = [
+        [
+            L[name],
+            _mb(v["phase_peak_bytes"]["forward"], lang),
+            _mb(v["phase_peak_bytes"]["backward"], lang),
+            num(1000 * v["median_step_s"], lang, 1),
+            v["all_gathers"],
+        ]
+        for name, v in r["variants"].items()
+    ]
     note = L["same"].format(logits=_sci(r["max_logit_difference"], lang), grads=_sci(r["max_grad_difference"], lang))
     return md_table([L[k] for k in ("variant", "peak_fwd", "peak_bwd", "median", "ag")], rows) + "\n" + note + "\n"
 
@@ -142,15 +245,24 @@ def table_checkpoint(r: dict, lang: str) -> str:
     L, save = LABELS[lang], r["save"]
     peaks = save["save_peak_bytes_per_rank"]
     header = [L["checkpoint"]] + [L["save_peak"].format(r=i) for i in range(len(peaks))] + [L["files"], L["disk"]]
-    rows = [[L[kind]] + [_mb(p[kind], lang) for p in peaks]
-            + [len(save["layout"][kind]), _mb(sum(f["bytes"] for f in save["layout"][kind]), lang)]
-            for kind in ("sharded", "full")]
-    files = md_table([L["file"], "bytes"], [[f"`{f['file']}`", num(f["bytes"], lang)]
-                                            for kind in ("sharded", "full") for f in save["layout"][kind]])
+    rows = [
+        [L[kind]]
+        + [_mb(p[kind], lang) for p in peaks]
+        + [len(save["layout"][kind]), _mb(sum(f["bytes"] for f in save["layout"][kind]), lang)]
+        for kind in ("sharded", "full")
+    ]
+    files = md_table(
+        [L["file"], "bytes"],
+        [[f"`{f['file']}`", num(f["bytes"], lang)] for kind in ("sharded", "full") for f in save["layout"][kind]],
+    )
     index = save["index"]
     data_files = sum(f["bytes"] for f in save["layout"]["sharded"] if f["file"].endswith(".distcp"))
-    note = L["index"].format(tensors=index["tensors"], pieces=index["pieces"], payload=_mb(index["payload_bytes"], lang),
-                             framing=num((data_files - index["payload_bytes"]) / index["pieces"] / 1e3, lang, 1))
+    note = L["index"].format(
+        tensors=index["tensors"],
+        pieces=index["pieces"],
+        payload=_mb(index["payload_bytes"], lang),
+        framing=num((data_files - index["payload_bytes"]) / index["pieces"] / 1e3, lang, 1),
+    )
     if {"wte.weight", "lm_head.weight"} <= set(index["model_tensors"]):
         note += L["tied"].format(also=L["also_full"] if r.get("load", {}).get("full_stores_tied_twice") else "")
     load = "\n" + table_load(r["load"], lang) if "load" in r else ""
@@ -161,32 +273,48 @@ def table_load(r: dict, lang: str) -> str:
     if "error" in r:
         return r["error"] + "\n"
     L = LABELS[lang]
-    return md_table([L["read"].format(w=r["world_size"]), L["diff"]],
-                    [[L["logits"], _sci(r["max_logit_difference"], lang)],
-                     [L["weights"].format(n=r["tensors_compared"]), _sci(r["max_weight_difference"], lang)],
-                     [L["adamw"], _sci(r["max_optimizer_difference"], lang)]])
+    return md_table(
+        [L["read"].format(w=r["world_size"]), L["diff"]],
+        [
+            [L["logits"], _sci(r["max_logit_difference"], lang)],
+            [L["weights"].format(n=r["tensors_compared"]), _sci(r["max_weight_difference"], lang)],
+            [L["adamw"], _sci(r["max_optimizer_difference"], lang)],
+        ],
+    )
 
 
 def table_clipping(r: dict, lang: str) -> str:
     L = LABELS[lang]
-    rows = [[L["local_r"].format(r=i), num(n, lang, 6), num(c, lang, 4)]
-            for i, (n, c) in enumerate(zip(r["local_norms"], r["local_coefficients"]))]
-    rows += [[L["global"], num(r["global_norm"], lang, 6), num(r["global_coefficient"], lang, 4)],
-             [L["torch_norm"], num(r["clip_grad_norm"], lang, 6), ""],
-             [L["single"], num(r["single_process_norm"], lang, 6), ""]]
+    rows = [
+        [L["local_r"].format(r=i), num(n, lang, 6), num(c, lang, 4)]
+        for i, (n, c) in enumerate(zip(r["local_norms"], r["local_coefficients"]))
+    ]
+    rows += [
+        [L["global"], num(r["global_norm"], lang, 6), num(r["global_coefficient"], lang, 4)],
+        [L["torch_norm"], num(r["clip_grad_norm"], lang, 6), ""],
+        [L["single"], num(r["single_process_norm"], lang, 6), ""],
+    ]
     norms = md_table([L["norm"], L["value"], L["coef"].format(m=num(r["max_norm"], lang, 4))], rows)
     steps = len(next(iter(r["optimizers"].values()))["drift_per_step"]["global"])
-    rows = [[f"{opt} (lr {num(v['lr'], lang, 3)})", L[f"by_{how}"], _sci(drifts[0], lang), _sci(drifts[-1], lang)]
-            for opt, v in r["optimizers"].items() for how, drifts in v["drift_per_step"].items()]
+    rows = [
+        [f"{opt} (lr {num(v['lr'], lang, 3)})", L[f"by_{how}"], _sci(drifts[0], lang), _sci(drifts[-1], lang)]
+        for opt, v in r["optimizers"].items()
+        for how, drifts in v["drift_per_step"].items()
+    ]
     drift = md_table([L["optimizer"], L["clips"], L["step_drift"], L["trajectory"].format(s=steps)], rows, "llrr")
     return norms + "\n" + drift
 
 
 def table_diagnostics(r: dict, lang: str) -> str:
     L = LABELS[lang]
-    units = md_table([L["unit"], L["parameters"], L["elements"]],
-                     [[f"`{u['unit']}`", ", ".join(f"`{n}`" for n in u["parameters"]), num(u["elements"], lang)]
-                      for u in r["units"]], "llr")
+    units = md_table(
+        [L["unit"], L["parameters"], L["elements"]],
+        [
+            [f"`{u['unit']}`", ", ".join(f"`{n}`" for n in u["parameters"]), num(u["elements"], lang)]
+            for u in r["units"]
+        ],
+        "llr",
+    )
     ranks = range(r["world_size"])
     rows = []
     for u in r["units"]:
@@ -199,27 +327,38 @@ def table_diagnostics(r: dict, lang: str) -> str:
     header = [L["unit"]] + [L[k].format(r=rank) for rank in ranks for k in ("r_elements", "r_padding", "r_bytes")]
     shards = md_table(header, rows)
     kinds = ("parameters", "gradients", "optimizer", "gathered")
-    rows = [[f"`{phase}`"] + [_mb(r["census"][phase][k], lang) for k in kinds] + [_mb(r["phase_peak_bytes"][phase], lang)]
-            for phase in ("init", *PHASES_OF_STEP)]
+    rows = [
+        [f"`{phase}`"] + [_mb(r["census"][phase][k], lang) for k in kinds] + [_mb(r["phase_peak_bytes"][phase], lang)]
+        for phase in ("init", *PHASES_OF_STEP)
+    ]
     phases = md_table([L["phase"]] + [L["after"].format(kind=L[k]) for k in kinds] + [L["during"]], rows)
     return units + "\n" + shards + "\n" + phases
 
 
-TABLES = {"wrap": table_wrap, "mixed-precision": table_mixed_precision,
-          "activation-checkpointing": table_activation_checkpointing, "checkpoint": table_checkpoint,
-          "clipping": table_clipping, "diagnostics": table_diagnostics}
+TABLES = {
+    "wrap": table_wrap,
+    "mixed-precision": table_mixed_precision,
+    "activation-checkpointing": table_activation_checkpointing,
+    "checkpoint": table_checkpoint,
+    "clipping": table_clipping,
+    "diagnostics": table_diagnostics,
+}
 
 
 def render_tables(report: dict, lang: str) -> str:
     """Every demonstration of the report, each in a snippet section the lab page can include
     alone: ``--8<-- "lab/results/03-practice-cpu-en.txt:wrap"``."""
-    return "\n".join(f"<!-- --8<-- [start:{name}] -->\n{TABLES[name](report[name], lang)}<!-- --8<-- [end:{name}] -->\n"
-                     for name in DEMOS if name in report)
+    return "\n".join(
+        f"<!-- --8<-- [start:{name}] -->\n{TABLES[name](report[name], lang)}<!-- --8<-- [end:{name}] -->\n"
+        for name in DEMOS
+        if name in report
+    )
 
 
 def plot_memory(report: dict, lang: str, path: Path) -> None:
     """Peak of each phase of a step, per wrap policy: the training batch, and one sentence per rank."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -246,6 +385,7 @@ def plot_memory(report: dict, lang: str, path: Path) -> None:
 def plot_activation_checkpointing(report: dict, lang: str, path: Path) -> None:
     """Peak memory against median step time, with and without checkpointing each block."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -28,20 +28,32 @@ NOTE_WIDTH = 100  # terminal wrap width of the notes and introductions
 
 
 def _wrap(text: str, indent: str, width: int = NOTE_WIDTH) -> list[str]:
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def render_terminal(lang: str = "en", section: str | None = None, key: str | None = None) -> str:
     """The annotated reading as plain text for a terminal."""
     chosen = reading.select(section, key)
     out = [
-        tr(lang, "FSDP prefetch in the installed PyTorch, annotated",
-           "La precarga de FSDP en el PyTorch instalado, anotada"),
+        tr(
+            lang,
+            "FSDP prefetch in the installed PyTorch, annotated",
+            "La precarga de FSDP en el PyTorch instalado, anotada",
+        ),
         f"torch {reading.torch_version()} · {reading.torch_dir()}",
-        tr(lang, "Every source line below is read from the installed files now; the line numbers are theirs.",
-           "Cada línea de código de abajo se lee ahora de los archivos instalados; "
-           "los números de línea son los suyos."),
+        tr(
+            lang,
+            "Every source line below is read from the installed files now; the line numbers are theirs.",
+            "Cada línea de código de abajo se lee ahora de los archivos instalados; "
+            "los números de línea son los suyos.",
+        ),
         "",
     ]
     for sec, notes in chosen:
@@ -84,8 +96,9 @@ def _render_terminal_excerpt(group: list[reading.Located], lang: str) -> list[st
 # --- the site ---------------------------------------------------------------------------------
 
 
-def render_markdown(lang: str = "en", section: str | None = None, key: str | None = None,
-                    heading_level: int = 3) -> str:
+def render_markdown(
+    lang: str = "en", section: str | None = None, key: str | None = None, heading_level: int = 3
+) -> str:
     """The annotated reading as a Markdown fragment for the site (mkdocs-material with
     pymdownx.highlight and superfences): a heading per section, then per function a bold title,
     one fenced block per excerpt (``linenums`` = its first file line, ``hl_lines`` = the
@@ -94,11 +107,13 @@ def render_markdown(lang: str = "en", section: str | None = None, key: str | Non
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
     hashes = "#" * heading_level
     out = [
-        tr(lang,
-           f"*Source: PyTorch {reading.torch_version()}, read from the installed package when this page was built; "
-           "the line numbers are those of its files.*",
-           f"*Código: PyTorch {reading.torch_version()}, leído del paquete instalado al construir esta página; "
-           "los números de línea son los de sus archivos.*"),
+        tr(
+            lang,
+            f"*Source: PyTorch {reading.torch_version()}, read from the installed package when this page was built; "
+            "the line numbers are those of its files.*",
+            f"*Código: PyTorch {reading.torch_version()}, leído del paquete instalado al construir esta página; "
+            "los números de línea son los de sus archivos.*",
+        ),
         "",
     ]
     for sec, notes in reading.select(section, key):
@@ -113,8 +128,11 @@ def _render_markdown_excerpt(group: list[reading.Located], lang: str) -> list[st
     windows = reading.excerpt_windows(group, MARKDOWN_CONTEXT, with_signature=False)
     anchored = {loc.line for loc in group}
     lines_word = tr(lang, "lines", "líneas")
-    out = [f"**`{fn.annotation.qualname}`** · `{reading.torch_relative(fn.path)}`, "
-           f"{lines_word} {fn.first_line}–{fn.last_line}", ""]
+    out = [
+        f"**`{fn.annotation.qualname}`** · `{reading.torch_relative(fn.path)}`, "
+        f"{lines_word} {fn.first_line}–{fn.last_line}",
+        "",
+    ]
     for first, last in windows:
         shown = [fn.text(n) for n in range(first, last + 1)]
         fence = "````" if any("```" in text for text in shown) else "```"

@@ -78,10 +78,18 @@ def write_all(tables_dir: Path, figures_dir: Path | None) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minigpt.pages", description=__doc__.splitlines()[0])
-    parser.add_argument("--tables-dir", type=Path, default=Path("build/tables"),
-                        help="where the Markdown tables go (default: build/tables)")
-    parser.add_argument("--figures-dir", type=Path, default=Path("docs/figures"),
-                        help="where the PNG figures go (default: docs/figures)")
+    parser.add_argument(
+        "--tables-dir",
+        type=Path,
+        default=Path("build/tables"),
+        help="where the Markdown tables go (default: build/tables)",
+    )
+    parser.add_argument(
+        "--figures-dir",
+        type=Path,
+        default=Path("docs/figures"),
+        help="where the PNG figures go (default: docs/figures)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     args = parser.parse_args(argv)
     try:
@@ -93,4 +101,3 @@ def main(argv: list[str] | None = None) -> int:
     for path in write_all(args.tables_dir, None if args.no_figures else args.figures_dir):
         print(path)
     return 0
-

@@ -154,8 +154,13 @@ class BucketedDDP(nn.Module):
     PyTorch's DDP.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
-                 process_group: dist.ProcessGroup | None = None, collective: str = "torch"):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_cap_mb: float = 25.0,
+        process_group: dist.ProcessGroup | None = None,
+        collective: str = "torch",
+    ):
         super().__init__()
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb}")
@@ -269,13 +274,16 @@ class BucketedDDP(nn.Module):
     def _start_all_reduce(self, bucket: Bucket) -> None:
         """The asynchronous sum of ``bucket.buffer`` over the ranks: its handle goes in
         ``bucket.handle``, and ``bucket.done_s`` is set when it completes."""
+
         def done(*_):
             bucket.done_s = self._now()
 
         if self._ring_thread is not None:
+
             def reduce() -> None:
                 ring.ring_all_reduce(bucket.buffer, "sum", self.process_group, self.ring_bytes)
                 done()
+
             bucket.handle = _Pending(future=self._ring_thread.submit(reduce))
         else:
             work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
@@ -293,15 +301,16 @@ class BucketedDDP(nn.Module):
         if not self._backward_started:
             return
         self._backward_started = False
-        unlaunched = self.buckets[self._next_bucket:]
+        unlaunched = self.buckets[self._next_bucket :]
         if unlaunched:
             missing = [name for b in unlaunched for p, name in zip(b.params, b.names) if id(p) not in b.ready]
-            for bucket in self.buckets[:self._next_bucket]:
+            for bucket in self.buckets[: self._next_bucket]:
                 bucket.handle.wait()  # leave no collective half-done before raising
             raise RuntimeError(
                 f"rank {dist.get_rank()}: BucketedDDP: these parameters received no gradient in this "
                 f"backward pass, so their buckets were never all-reduced: {', '.join(missing)}. "
-                "Use them in the loss on every rank, or set requires_grad=False before wrapping.")
+                "Use them in the loss on every rank, or set requires_grad=False before wrapping."
+            )
         for bucket in self.buckets:
             bucket.handle.wait()
             bucket.done_s = bucket.done_s or self._now()
@@ -321,12 +330,22 @@ class BucketedDDP(nn.Module):
 
     def bucket_layout(self) -> list[dict]:
         """Which parameter sits in which bucket: ``[{"bucket", "params", "numel", "bytes"}]``."""
-        return [{"bucket": b.index, "params": list(b.names), "numel": b.buffer.numel(), "bytes": b.nbytes}
-                for b in self.buckets]
+        return [
+            {"bucket": b.index, "params": list(b.names), "numel": b.buffer.numel(), "bytes": b.nbytes}
+            for b in self.buckets
+        ]
 
     def last_timeline(self) -> list[dict]:
         """Per bucket, in seconds since the last forward started: first and last gradient ready,
         all-reduce launched, all-reduce done."""
-        return [{"bucket": b.index, "bytes": b.nbytes, "first_ready_s": b.first_ready_s,
-                 "last_ready_s": b.last_ready_s, "launched_s": b.launched_s, "done_s": b.done_s}
-                for b in self.buckets]
+        return [
+            {
+                "bucket": b.index,
+                "bytes": b.nbytes,
+                "first_ready_s": b.first_ready_s,
+                "last_ready_s": b.last_ready_s,
+                "launched_s": b.launched_s,
+                "done_s": b.done_s,
+            }
+            for b in self.buckets
+        ]

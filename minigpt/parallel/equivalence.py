@@ -107,8 +107,7 @@ def ranks_bit_identical(module: torch.nn.Module, group: dist.ProcessGroup | None
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Copies of the parameters and the optimizer state (``optimizer.state_dict()`` shares its
     tensors with the optimizer, so it must be deep-copied)."""
-    return ({k: v.detach().clone() for k, v in model.state_dict().items()},
-            copy.deepcopy(optimizer.state_dict()))
+    return ({k: v.detach().clone() for k, v in model.state_dict().items()}, copy.deepcopy(optimizer.state_dict()))
 
 
 @dataclass
@@ -136,16 +135,21 @@ class DriftLog:
         return next((i for i, v in enumerate(self.values) if v > tolerance or math.isnan(v)), None)
 
     def summary(self) -> dict:
-        return {"max": self.worst, "final": self.final, "worst_step": self.worst_step,
-                "first_step_above_tolerance": self.first_step_above()}
+        return {
+            "max": self.worst,
+            "final": self.final,
+            "worst_step": self.worst_step,
+            "first_step_above_tolerance": self.first_step_above(),
+        }
 
 
 # ----------------------------------------------------------------------------------------------
 # Why the optimizer matters: how much one step turns a gradient difference into a weight difference
 
 
-def one_step_amplification(optimizer: str = "adamw", dtype: str = "float32", at_step: int = 0,
-                           lr: float | None = None) -> dict:
+def one_step_amplification(
+    optimizer: str = "adamw", dtype: str = "float32", at_step: int = 0, lr: float | None = None
+) -> dict:
     """From the state reached after ``at_step`` single-process steps, take step ``at_step`` twice:
     on the whole global batch, and as two ranks would (mean of the two half-batch gradients).
     Returns the largest gradient difference, the largest weight difference after the optimizer
@@ -177,11 +181,21 @@ def one_step_amplification(optimizer: str = "adamw", dtype: str = "float32", at_
     (g1, w1), (g2, w2) = results
     grad_diff, weight_diff = float((g1 - g2).abs().max()), float((w1 - w2).abs().max())
     j = int((w1 - w2).abs().argmax())  # the weight that moved apart most: what happened there
-    return {"optimizer": optimizer, "dtype": dtype, "at_step": at_step, "grad_diff": grad_diff,
-            "weight_diff": weight_diff, "amplification": weight_diff / grad_diff if grad_diff else float("nan"),
-            "lr": lr_at(at_step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps),
-            "at_largest": {"weight": float(w1[j]), "ulp": ulp_of(float(w1[j]), w1.dtype),
-                           "grad_diff": float((g1 - g2)[j].abs()), "grad": float(g1[j])}}
+    return {
+        "optimizer": optimizer,
+        "dtype": dtype,
+        "at_step": at_step,
+        "grad_diff": grad_diff,
+        "weight_diff": weight_diff,
+        "amplification": weight_diff / grad_diff if grad_diff else float("nan"),
+        "lr": lr_at(at_step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps),
+        "at_largest": {
+            "weight": float(w1[j]),
+            "ulp": ulp_of(float(w1[j]), w1.dtype),
+            "grad_diff": float((g1 - g2)[j].abs()),
+            "grad": float(g1[j]),
+        },
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,8 +218,10 @@ def drift_sources(steps: list[int], optimizer: str = "adamw", top: int = 4) -> l
     from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
     settings = {"adamw": {}, "sgd": {"lr": 0.1, "min_lr": 0.0}}[optimizer]
-    configs = {"whole": TrainConfig(optimizer=optimizer, **settings),
-               "micro": TrainConfig(optimizer=optimizer, accum=2, **settings)}
+    configs = {
+        "whole": TrainConfig(optimizer=optimizer, **settings),
+        "micro": TrainConfig(optimizer=optimizer, accum=2, **settings),
+    }
     model = build_model(configs["micro"])
     opt = build_optimizer(model, configs["micro"])
     probe = Probe(model)
@@ -220,8 +236,11 @@ def drift_sources(steps: list[int], optimizer: str = "adamw", top: int = 4) -> l
                 m.load_state_dict(start[0])
                 o.load_state_dict(copy.deepcopy(start[1]))
                 grads = {}
-                o.register_step_pre_hook(lambda *_, m=m, grads=grads: grads.update(
-                    {n: q.grad.detach().clone() for n, q in m.named_parameters()}))
+                o.register_step_pre_hook(
+                    lambda *_, m=m, grads=grads: grads.update(
+                        {n: q.grad.detach().clone() for n, q in m.named_parameters()}
+                    )
+                )
                 train_step(m, o, step, cfg)
                 after[kind] = (m, o, grads)
             found.append(_sources_of_one_step(step, after, probe, top))
@@ -255,14 +274,28 @@ def _sources_of_one_step(step: int, after: dict, probe: Probe, top: int) -> dict
         weight = float(w_micro[name].flatten()[j])
         ulp = ulp_of(weight, w_micro[name].dtype)
         exp_avg_sq = micro_opt.state[param].get("exp_avg_sq")
-        rows.append({"param": name, "drift_alone": alone, "numbers_differing": int((dw > 0).sum()),
-                     "numbers": dw.numel(), "max_weight_difference": float(dw[j]), "weight_there": weight,
-                     "ulps_there": float(dw[j]) / ulp if dw[j] else 0.0,
-                     "gradient_there": float(g_micro[name].flatten()[j]),
-                     "gradient_difference_there": float((g_whole[name] - g_micro[name]).flatten()[j].abs()),
-                     "sqrt_v_there": float(exp_avg_sq.flatten()[j].sqrt()) if exp_avg_sq is not None else None})
+        rows.append(
+            {
+                "param": name,
+                "drift_alone": alone,
+                "numbers_differing": int((dw > 0).sum()),
+                "numbers": dw.numel(),
+                "max_weight_difference": float(dw[j]),
+                "weight_there": weight,
+                "ulps_there": float(dw[j]) / ulp if dw[j] else 0.0,
+                "gradient_there": float(g_micro[name].flatten()[j]),
+                "gradient_difference_there": float((g_whole[name] - g_micro[name]).flatten()[j].abs()),
+                "sqrt_v_there": float(exp_avg_sq.flatten()[j].sqrt()) if exp_avg_sq is not None else None,
+            }
+        )
     rows.sort(key=lambda r: -r["drift_alone"])
     differing = sum(r["numbers_differing"] for r in rows)
-    return {"step": step, "drift": float(diff.max()), "where": {"row": b, "position": t, "token": v,
-            "logit": float(base[b, t, v])}, "largest_logit": float(base.abs().max()),
-            "numbers_differing": differing, "numbers": sum(r["numbers"] for r in rows), "params": rows[:top]}
+    return {
+        "step": step,
+        "drift": float(diff.max()),
+        "where": {"row": b, "position": t, "token": v, "logit": float(base[b, t, v])},
+        "largest_logit": float(base.abs().max()),
+        "numbers_differing": differing,
+        "numbers": sum(r["numbers"] for r in rows),
+        "params": rows[:top],
+    }

@@ -50,8 +50,7 @@ def torchrun_env() -> tuple[int, int, int]:
         return 0, 0, 1
     missing = [n for n in names if n not in os.environ]
     if missing:
-        raise RuntimeError(f"{', '.join(present)} set but {', '.join(missing)} missing: "
-                           "start the script with torchrun")
+        raise RuntimeError(f"{', '.join(present)} set but {', '.join(missing)} missing: start the script with torchrun")
     return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
 
 
@@ -79,13 +78,18 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
     if world_size > 1 or "RANK" in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s),
-                                **({"device_id": device} if backend == "nccl" else {}))
+        dist.init_process_group(
+            backend,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            **({"device_id": device} if backend == "nccl" else {}),
+        )
     else:  # plain python: a world of one over a private store, so collectives still work
         store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=1,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
+        )
     return DistContext(rank, local_rank, world_size, backend, device, timeout_s)
 
 
@@ -112,8 +116,12 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
     """End this rank after a collective failed: name the error and its likely cause (a peer that
     died or stopped answering), so that every surviving rank stops with a message, never a hang."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    fail(ctx, f"{type(exc).__name__}: {first}\n  a peer rank probably died or stopped answering "
-              f"(collective timeout {timeout_s:g} s); the other ranks stop too", code=1)
+    fail(
+        ctx,
+        f"{type(exc).__name__}: {first}\n  a peer rank probably died or stopped answering "
+        f"(collective timeout {timeout_s:g} s); the other ranks stop too",
+        code=1,
+    )
 
 
 def write_report(path: str | Path, report: dict, indent: int = 2) -> None:

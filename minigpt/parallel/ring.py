@@ -68,7 +68,7 @@ def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class RingPosition:
     world_size: int
-    rank: int   # this process's rank inside the group
+    rank: int  # this process's rank inside the group
     right: int  # global ranks of the neighbours (point-to-point calls take global ranks)
     left: int
     group: dist.ProcessGroup | None
@@ -110,8 +110,9 @@ def exchange(ring: RingPosition, outgoing: torch.Tensor, incoming: torch.Tensor,
     counter.messages += 1
 
 
-def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,
-                        counter: ByteCounter | None = None) -> torch.Tensor:
+def ring_reduce_scatter(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+) -> torch.Tensor:
     """Reduce ``tensor`` over the ranks, chunk by chunk; this rank ends with the finished chunk
     ``chunk_bounds(tensor.numel(), world_size)[rank]`` and returns a view of it. The other chunks
     of ``tensor`` are left holding partial sums (the tensor is the work buffer)."""
@@ -126,14 +127,15 @@ def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum", group: dist.Proce
         incoming = torch.empty(r1 - r0, dtype=flat.dtype, device=flat.device)
         exchange(ring, flat[s0:s1], incoming, counter)
         flat[r0:r1] += incoming
-    mine = flat[bounds[r][0]:bounds[r][1]]
+    mine = flat[bounds[r][0] : bounds[r][1]]
     if op == "avg":
         mine /= n
     return mine
 
 
-def ring_all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
-                    counter: ByteCounter | None = None) -> torch.Tensor:
+def ring_all_gather(
+    tensor: torch.Tensor, group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+) -> torch.Tensor:
     """Each rank brings chunk ``rank`` of ``tensor`` (the rest is overwritten); every rank ends
     with every chunk. Returns ``tensor``."""
     counter = COUNTER if counter is None else counter
@@ -147,8 +149,9 @@ def ring_all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     return tensor
 
 
-def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,
-                    counter: ByteCounter | None = None) -> torch.Tensor:
+def ring_all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+) -> torch.Tensor:
     """Sum (or average) ``tensor`` over the ranks, in place: a ring reduce-scatter, then a ring
     all-gather. Every rank ends with the same bits. Returns ``tensor``."""
     ring_reduce_scatter(tensor, op, group, counter)

@@ -73,13 +73,13 @@ def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
 class FlatGroup:
     """One parameter group's flat buffers, and the pieces of it this rank updates."""
 
-    params: list[nn.Parameter]           # the trainable parameters, views of ``flat``
-    offsets: list[tuple[int, int]]       # where each sits in ``flat`` (and in ``grad``)
-    flat: torch.Tensor                   # the weights
-    grad: torch.Tensor                   # the gradients; ``param.grad`` are views of it
-    chunk: tuple[int, int]               # this rank's part of both
+    params: list[nn.Parameter]  # the trainable parameters, views of ``flat``
+    offsets: list[tuple[int, int]]  # where each sits in ``flat`` (and in ``grad``)
+    flat: torch.Tensor  # the weights
+    grad: torch.Tensor  # the gradients; ``param.grad`` are views of it
+    chunk: tuple[int, int]  # this rank's part of both
     pieces: list[nn.Parameter] = field(default_factory=list)  # views of flat, one per overlapping parameter
-    piece_params: list[int] = field(default_factory=list)     # the parameter (index) of each piece
+    piece_params: list[int] = field(default_factory=list)  # the parameter (index) of each piece
 
 
 def flatten(params: list[nn.Parameter], world_size: int, rank: int) -> FlatGroup:
@@ -90,17 +90,19 @@ def flatten(params: list[nn.Parameter], world_size: int, rank: int) -> FlatGroup
     first = params[0]
     mixed = [p.dtype for p in params if p.dtype != first.dtype or p.device != first.device]
     if mixed:
-        raise ValueError(f"one flat buffer needs one dtype and device per parameter group; "
-                         f"got {first.dtype} and {mixed[0]}: put them in separate groups")
+        raise ValueError(
+            f"one flat buffer needs one dtype and device per parameter group; "
+            f"got {first.dtype} and {mixed[0]}: put them in separate groups"
+        )
     total = sum(p.numel() for p in params)
     flat = torch.empty(total, dtype=first.dtype, device=first.device)
     grad = torch.zeros(total, dtype=first.dtype, device=first.device)
     offsets, offset = [], 0
     for p in params:
         n = p.numel()
-        flat[offset:offset + n].copy_(p.detach().view(-1))
-        p.data = flat[offset:offset + n].view_as(p)
-        p.grad = grad[offset:offset + n].view_as(p)
+        flat[offset : offset + n].copy_(p.detach().view(-1))
+        p.data = flat[offset : offset + n].view_as(p)
+        p.grad = grad[offset : offset + n].view_as(p)
         offsets.append((offset, offset + n))
         offset += n
     chunk = ring.chunk_bounds(total, world_size)[rank]
@@ -120,8 +122,13 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
 
     trainable_parameters = staticmethod(trainable_parameters)
 
-    def __init__(self, params, optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
-                 process_group: dist.ProcessGroup | None = None, **defaults):
+    def __init__(
+        self,
+        params,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        process_group: dist.ProcessGroup | None = None,
+        **defaults,
+    ):
         super().__init__(params, defaults)
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -189,7 +196,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 p.grad = view
 
     def shard_grads(self) -> list[torch.Tensor]:
-        return [g.grad[g.chunk[0]:g.chunk[1]] for g in self.groups if g is not None]
+        return [g.grad[g.chunk[0] : g.chunk[1]] for g in self.groups if g is not None]
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
@@ -242,17 +249,25 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
     def state_dict(self):
         """Refused: each rank holds only its shard of the state, so no rank can answer alone.
         :meth:`full_state` gathers it (a collective: every rank calls it)."""
-        raise RuntimeError("ZeroOneOptimizer: rank-local state_dict() would hold 1/N of the optimizer state; "
-                           "call full_state() on every rank to gather the whole")
+        raise RuntimeError(
+            "ZeroOneOptimizer: rank-local state_dict() would hold 1/N of the optimizer state; "
+            "call full_state() on every rank to gather the whole"
+        )
 
     def load_state_dict(self, state_dict):
-        raise RuntimeError("ZeroOneOptimizer: cannot load a whole optimizer's state_dict, each rank holds only "
-                           "its shard; build it from the same seed and parameters instead")
+        raise RuntimeError(
+            "ZeroOneOptimizer: cannot load a whole optimizer's state_dict, each rank holds only "
+            "its shard; build it from the same seed and parameters instead"
+        )
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds (its pieces' m and v for Adam)."""
-        return sum(t.numel() * t.element_size() for s in self.local.state.values()
-                   for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
+        return sum(
+            t.numel() * t.element_size()
+            for s in self.local.state.values()
+            for t in s.values()
+            if torch.is_tensor(t) and t.dim() > 0
+        )
 
     @torch.no_grad()
     def full_state(self) -> list[list[dict[str, torch.Tensor] | None]]:
@@ -280,7 +295,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                     has_state[i] = 1
                     value = state[key]
                     if value.dim() > 0:
-                        whole[piece_range(flat, piece)[0]:piece_range(flat, piece)[1]] = value
+                        whole[piece_range(flat, piece)[0] : piece_range(flat, piece)[1]] = value
                     else:
                         scalar[i] = float(value)
                 ring.ring_all_gather(whole, self.process_group, ring.ByteCounter())  # not counted

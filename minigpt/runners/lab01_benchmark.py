@@ -71,6 +71,7 @@ def _mlp_loss(width: int):
         x = torch.randn(GLOBAL_ROWS, width, generator=torch.Generator().manual_seed(0))
         rows = grammar.rank_slice(GLOBAL_ROWS, rank, world_size)
         return model(x[rows]).square().mean()
+
     return loss
 
 
@@ -83,20 +84,36 @@ def _seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         torch.manual_seed(0)
         return make()
+
     return build
 
 
 SHAPES: dict[str, Shape] = {
     "minigpt": Shape("minigpt", lambda: build_model(TrainConfig()), _minigpt_loss),
     # ~7.1M parameters, 28 MB of gradients in 24 tensors: six Linear(384,1536)-GELU-Linear(1536,384) blocks
-    "deep-mlp": Shape("deep-mlp", _seeded(lambda: nn.Sequential(*[
-        nn.Sequential(nn.Linear(384, 1536), nn.GELU(), nn.Linear(1536, 384)) for _ in range(6)])), _mlp_loss(384)),
+    "deep-mlp": Shape(
+        "deep-mlp",
+        _seeded(
+            lambda: nn.Sequential(
+                *[nn.Sequential(nn.Linear(384, 1536), nn.GELU(), nn.Linear(1536, 384)) for _ in range(6)]
+            )
+        ),
+        _mlp_loss(384),
+    ),
     # ~6.3M parameters in 4 tensors: one hidden layer 8192 wide
-    "wide-shallow": Shape("wide-shallow", _seeded(lambda: nn.Sequential(
-        nn.Linear(384, 8192), nn.GELU(), nn.Linear(8192, 384))), _mlp_loss(384)),
+    "wide-shallow": Shape(
+        "wide-shallow",
+        _seeded(lambda: nn.Sequential(nn.Linear(384, 8192), nn.GELU(), nn.Linear(8192, 384))),
+        _mlp_loss(384),
+    ),
     # ~0.43M parameters in 400 tensors: a hundred LayerNorm(64)-Linear(64,64) layers
-    "many-small": Shape("many-small", _seeded(lambda: nn.Sequential(*[
-        nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU()) for _ in range(100)])), _mlp_loss(64)),
+    "many-small": Shape(
+        "many-small",
+        _seeded(
+            lambda: nn.Sequential(*[nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU()) for _ in range(100)])
+        ),
+        _mlp_loss(64),
+    ),
 }
 
 
@@ -119,8 +136,11 @@ class Contender:
         else:  # "bucketed" (the reference) or one of ddp_steps.VERSIONS
             self.wrapped = VERSIONS.get(how, BucketedDDP)(self.model, bucket_cap_mb=cap_mb)
         cfg = TrainConfig()
-        self.optimizer = (build_optimizer(self.model, cfg) if shape.name == "minigpt"
-                          else torch.optim.AdamW(self.model.parameters(), lr=1e-4))
+        self.optimizer = (
+            build_optimizer(self.model, cfg)
+            if shape.name == "minigpt"
+            else torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        )
 
     def step(self) -> None:
         one = self.how == "one process"
@@ -146,8 +166,9 @@ class Contender:
         return statistics.median(times) if times else 0.0
 
 
-def take_turns(contenders: dict[str, Contender], rounds: int, steps: int, warmup: int,
-               ctx: launch.DistContext, label: str = "") -> dict[str, list[float]]:
+def take_turns(
+    contenders: dict[str, Contender], rounds: int, steps: int, warmup: int, ctx: launch.DistContext, label: str = ""
+) -> dict[str, list[float]]:
     """Each contender's median step time in each of ``rounds`` rounds, the contenders taking turns
     (the order rotates every round). Warm-up first: the allocator, and PyTorch's DDP rebuilds its
     buckets after its first step."""
@@ -156,7 +177,7 @@ def take_turns(contenders: dict[str, Contender], rounds: int, steps: int, warmup
     names = list(contenders)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(contenders[name].time(steps))
     if label:
         launch.log(ctx, f"{label}: " + ", ".join(f"{n} {1000 * statistics.median(t):.1f} ms" for n, t in times.items()))
@@ -166,8 +187,12 @@ def take_turns(contenders: dict[str, Contender], rounds: int, steps: int, warmup
 def ratios(times: dict[str, list[float]], name: str, baseline: str = "torch-ddp") -> dict:
     """``name``'s time over ``baseline``'s, round by round: median, min and max."""
     per_round = [a / b for a, b in zip(times[name], times[baseline])]
-    return {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
-            "per_round": per_round}
+    return {
+        "median": statistics.median(per_round),
+        "min": min(per_round),
+        "max": max(per_round),
+        "per_round": per_round,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,17 +215,29 @@ def measure_minigpt(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     backward_start = main.wrapped._now()
     loss.backward()
     backward_end = main.wrapped._now()
-    timeline = {"backward_start_s": backward_start, "backward_end_s": backward_end,
-                "buckets": main.wrapped.last_timeline(), "layout": main.wrapped.bucket_layout()}
+    timeline = {
+        "backward_start_s": backward_start,
+        "backward_end_s": backward_end,
+        "buckets": main.wrapped.last_timeline(),
+        "layout": main.wrapped.bucket_layout(),
+    }
     main.optimizer.zero_grad(set_to_none=True)
-    return {"bucket_cap_mb": args.bucket_cap_mb, "medians_s": {v: statistics.median(t) for v, t in times.items()},
-            "rounds_s": times, "sweep": sweep, "timeline": timeline}
+    return {
+        "bucket_cap_mb": args.bucket_cap_mb,
+        "medians_s": {v: statistics.median(t) for v, t in times.items()},
+        "rounds_s": times,
+        "sweep": sweep,
+        "timeline": timeline,
+    }
 
 
 def describe(model: nn.Module) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
-    return {"parameters": sum(p.numel() for p in params), "tensors": len(params),
-            "gradient_bytes": sum(p.numel() * p.element_size() for p in params)}
+    return {
+        "parameters": sum(p.numel() for p in params),
+        "tensors": len(params),
+        "gradient_bytes": sum(p.numel() * p.element_size() for p in params),
+    }
 
 
 def measure_shapes(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
@@ -211,9 +248,14 @@ def measure_shapes(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
         for cap in CAPS_MB:
             contenders = {how: Contender(shape, how, cap, ctx) for how in ("bucketed", "torch-ddp")}
             times = take_turns(contenders, args.repeats, args.steps, args.warmup, ctx, f"{name}, {cap:g} MiB")
-            per_cap.append({"bucket_cap_mb": cap, "buckets": len(contenders["bucketed"].wrapped.buckets),
-                            "medians_s": {h: statistics.median(t) for h, t in times.items()},
-                            "ratio": ratios(times, "bucketed")})
+            per_cap.append(
+                {
+                    "bucket_cap_mb": cap,
+                    "buckets": len(contenders["bucketed"].wrapped.buckets),
+                    "medians_s": {h: statistics.median(t) for h, t in times.items()},
+                    "ratio": ratios(times, "bucketed"),
+                }
+            )
         out[name] = {**describe(shape.build()), "caps": per_cap}
     return out
 
@@ -225,8 +267,14 @@ def measure_ablation(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
         contenders = {v: Contender(shape, v, ABLATION_CAP_MB, ctx) for v in VERSIONS}
         contenders["torch-ddp"] = Contender(shape, "torch-ddp", ABLATION_CAP_MB, ctx)
         times = take_turns(contenders, args.repeats, args.steps, args.warmup, ctx, f"versions, {name}")
-        out[name] = {v: {"median_s": statistics.median(times[v]), "ratio": ratios(times, v),
-                         "buckets": len(contenders[v].wrapped.buckets)} for v in VERSIONS}
+        out[name] = {
+            v: {
+                "median_s": statistics.median(times[v]),
+                "ratio": ratios(times, v),
+                "buckets": len(contenders[v].wrapped.buckets),
+            }
+            for v in VERSIONS
+        }
         out[name]["torch-ddp"] = {"median_s": statistics.median(times["torch-ddp"])}
     return out
 
@@ -236,8 +284,12 @@ def measure_ablation(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=2 {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter, epilog=cli.TORCHRUN_EPILOG)
+    p = argparse.ArgumentParser(
+        prog=f"torchrun --nproc_per_node=2 {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=cli.TORCHRUN_EPILOG,
+    )
     p.add_argument("--steps", type=int, default=8, help="timed steps per contender per round")
     p.add_argument("--repeats", type=int, default=21, help="rounds; the tables show the median over them")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per contender first")
@@ -263,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
             raise cli.BadInput(f"--bucket-cap-mb {args.bucket_cap_mb}: give a positive number of MiB")
         args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
         args.shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
-        for value, valid, flag in ((args.parts, ("minigpt", "shapes", "ablation"), "--parts"),
-                                   (args.shapes, tuple(SHAPES), "--shapes")):
+        for value, valid, flag in (
+            (args.parts, ("minigpt", "shapes", "ablation"), "--parts"),
+            (args.shapes, tuple(SHAPES), "--shapes"),
+        ):
             wrong = [v for v in value if v not in valid]
             if wrong or not value:
                 raise cli.BadInput(f"{flag} {','.join(value) or '(empty)'}: choose from {', '.join(valid)}")
@@ -274,14 +328,22 @@ def main(argv: list[str] | None = None) -> int:
         return cli.refuse(PROG, str(exc))
     ctx = launch.init()
     if ctx.world_size < 2:
-        launch.fail(ctx, "the benchmark compares data-parallel variants: start it with torchrun "
-                         "--nproc_per_node=2 (or more)", code=2)
+        launch.fail(
+            ctx,
+            "the benchmark compares data-parallel variants: start it with torchrun --nproc_per_node=2 (or more)",
+            code=2,
+        )
     torch.set_num_threads(1)
     result = {
         "device": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",
-        "cpu_count": os.cpu_count(), "torch": torch.__version__, "backend": ctx.backend,
-        "world_size": ctx.world_size, "date": time.strftime("%Y-%m-%d"), "steps": args.steps,
-        "repeats": args.repeats, "ablation_cap_mb": ABLATION_CAP_MB,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "backend": ctx.backend,
+        "world_size": ctx.world_size,
+        "date": time.strftime("%Y-%m-%d"),
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "ablation_cap_mb": ABLATION_CAP_MB,
     }
     if "minigpt" in args.parts:
         result.update(measure_minigpt(args, ctx))

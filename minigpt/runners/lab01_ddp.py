@@ -45,9 +45,12 @@ PROG = "lab/01_ddp.py"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
-    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                epilog=cli.TORCHRUN_EPILOG)
+    p = argparse.ArgumentParser(
+        prog=f"torchrun --nproc_per_node=N {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=cli.TORCHRUN_EPILOG,
+    )
     for f in fields(TrainConfig):
         if f.name in ("eval_every", "eval_sentences", "accum"):
             continue
@@ -57,21 +60,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if f.name == "dtype":
             kwargs["choices"] = tuple(DTYPES)
         p.add_argument("--" + f.name.replace("_", "-"), **kwargs)
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per step on each rank (all but "
-                   "the last run under no_sync)")
+    p.add_argument(
+        "--accum", type=int, default=1, help="micro-batches per step on each rank (all but the last run under no_sync)"
+    )
     p.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_MB, help="bucket size in MiB")
-    p.add_argument("--collective", choices=("torch", "ring"), default="torch",
-                   help="what reduces the buckets of the main run: torch.distributed.all_reduce or the ring")
-    p.add_argument("--check", action="store_true", help="also train the ring and PyTorch-DDP variants and "
-                   "compare all three with one process after every step")
+    p.add_argument(
+        "--collective",
+        choices=("torch", "ring"),
+        default="torch",
+        help="what reduces the buckets of the main run: torch.distributed.all_reduce or the ring",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also train the ring and PyTorch-DDP variants and compare all three with one process after every step",
+    )
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
-    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S,
-                   help="seconds any collective may wait for a peer before this rank gives up")
-    p.add_argument("--impl", choices=impl.IMPLS, default=None,
-                   help="whose BucketedDDP and ring: the reference or yours in lab/exercises/ "
-                        "(default: $MINIGPT_IMPL or reference)")
-    p.add_argument("--test-sentences", type=int, default=None,
-                   help="score the tutor on the first N held-out test sentences (default: all 1209)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=launch.DEFAULT_TIMEOUT_S,
+        help="seconds any collective may wait for a peer before this rank gives up",
+    )
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="whose BucketedDDP and ring: the reference or yours in lab/exercises/ "
+        "(default: $MINIGPT_IMPL or reference)",
+    )
+    p.add_argument(
+        "--test-sentences",
+        type=int,
+        default=None,
+        help="score the tutor on the first N held-out test sentences (default: all 1209)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -79,15 +102,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
     """The config, or ValueError naming the first value that cannot work (before any rank
     joins the group, so every rank stops at once with the same message)."""
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)
-                         if f.name not in ("eval_every", "eval_sentences")})
+    cfg = TrainConfig(
+        **{f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.name not in ("eval_every", "eval_sentences")}
+    )
     validate(cfg)
     if cfg.batch_size % world_size:
-        raise ValueError(f"--batch-size {cfg.batch_size} is not divisible by the world size {world_size}; "
-                         f"use a multiple of {world_size}")
+        raise ValueError(
+            f"--batch-size {cfg.batch_size} is not divisible by the world size {world_size}; "
+            f"use a multiple of {world_size}"
+        )
     if (cfg.batch_size // world_size) % cfg.accum:
-        raise ValueError(f"each rank's {cfg.batch_size // world_size} rows cannot be cut into --accum "
-                         f"{cfg.accum} equal micro-batches")
+        raise ValueError(
+            f"each rank's {cfg.batch_size // world_size} rows cannot be cut into --accum "
+            f"{cfg.accum} equal micro-batches"
+        )
     if not args.bucket_cap_mb > 0:
         raise ValueError(f"--bucket-cap-mb must be a positive number of MiB, got {args.bucket_cap_mb}")
     if not args.timeout > 0:
@@ -102,8 +130,10 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
 def wrap(variant: str, model: torch.nn.Module, args: argparse.Namespace, ctx: launch.DistContext):
     if variant == "torch-ddp":
         from torch.nn.parallel import DistributedDataParallel
-        return DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
-                                       device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
+
+        return DistributedDataParallel(
+            model, bucket_cap_mb=args.bucket_cap_mb, device_ids=[ctx.device] if ctx.device.type == "cuda" else None
+        )
     BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
     return BucketedDDP(model, bucket_cap_mb=args.bucket_cap_mb, collective="ring" if variant == "ring" else "torch")
 
@@ -116,10 +146,10 @@ class Run:
         self.model = build_model(cfg).to(ctx.device)
         self.wrapped = wrap(variant, self.model, args, ctx)
         self.optimizer = build_optimizer(self.model, cfg)
-        self.step_drift = equivalence.DriftLog()         # against one process, whole batch
+        self.step_drift = equivalence.DriftLog()  # against one process, whole batch
         self.float32_probe_drift = equivalence.DriftLog()  # the same, the probe's forward in float32
-        self.micro_drift = equivalence.DriftLog()        # against one process, the same micro-batches
-        self.micro_bit_identical = True                  # ... and bit-identical to it after every step
+        self.micro_drift = equivalence.DriftLog()  # against one process, the same micro-batches
+        self.micro_bit_identical = True  # ... and bit-identical to it after every step
         self.trajectory_drift = equivalence.DriftLog()
         self.bit_identical = True
         self.seconds = 0.0
@@ -191,8 +221,9 @@ class Check:
                 train_step(model, optimizer, step, self.configs[kind])
                 found[row[kind], i] = float((self.probe.logits(model) - run_logits(i)).abs().max())
                 if kind == "whole":
-                    found[row["whole, float32 probe"], i] = equivalence.logit_drift(model, runs[i].model,
-                                                                                    self.probe.tokens)
+                    found[row["whole, float32 probe"], i] = equivalence.logit_drift(
+                        model, runs[i].model, self.probe.tokens
+                    )
                 else:
                     found[row["micro differs"], i] = float(equivalence.params_digest(model) != digests[i])
         self.before.clear()
@@ -242,18 +273,29 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     main_run = runs[variants.index(main_variant)]
     if ctx.is_main:
         layout = main_run.wrapped.bucket_layout()
-        launch.log(ctx, f"MiniGPT {main_run.model.num_params():,} parameters | world size {ctx.world_size} "
-                        f"({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = {ctx.world_size} x "
-                        f"{cfg.batch_size // ctx.world_size} | {cfg.optimizer} {cfg.dtype} | {cfg.steps} steps | "
-                        f"implementation: {impl.current()}")
-        launch.log(ctx, f"{len(layout)} buckets, each closed when it reaches {args.bucket_cap_mb:g} MiB: "
-                        + ", ".join(f"{b['bytes'] / 2**10:.0f} KiB" for b in layout))
+        launch.log(
+            ctx,
+            f"MiniGPT {main_run.model.num_params():,} parameters | world size {ctx.world_size} "
+            f"({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = {ctx.world_size} x "
+            f"{cfg.batch_size // ctx.world_size} | {cfg.optimizer} {cfg.dtype} | {cfg.steps} steps | "
+            f"implementation: {impl.current()}",
+        )
+        launch.log(
+            ctx,
+            f"{len(layout)} buckets, each closed when it reaches {args.bucket_cap_mb:g} MiB: "
+            + ", ".join(f"{b['bytes'] / 2**10:.0f} KiB" for b in layout),
+        )
         if args.check:
             launch.log(ctx, f"--check: variants {', '.join(variants)}; one-process work shared over the ranks")
     check = Check(runs, cfg, ctx) if args.check else None
 
-    bar = tqdm(range(cfg.steps), desc=f"[rank 0] train ({main_variant})", disable=args.quiet or not ctx.is_main,
-               dynamic_ncols=True, file=sys.stdout)
+    bar = tqdm(
+        range(cfg.steps),
+        desc=f"[rank 0] train ({main_variant})",
+        disable=args.quiet or not ctx.is_main,
+        dynamic_ncols=True,
+        file=sys.stdout,
+    )
     losses = []
     for step in bar:
         for i, run in enumerate(runs):
@@ -267,8 +309,10 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
                 dist.all_reduce(total)
                 losses.append(float(total) / ctx.world_size)
                 if not math.isfinite(losses[-1]):
-                    raise FloatingPointError(f"the loss is {losses[-1]} at step {step}: training diverged; "
-                                             f"try a smaller --lr (now {cfg.lr:g})")
+                    raise FloatingPointError(
+                        f"the loss is {losses[-1]} at step {step}: training diverged; "
+                        f"try a smaller --lr (now {cfg.lr:g})"
+                    )
         if check:
             check.after_step(step)
         if ctx.is_main:
@@ -281,13 +325,18 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     # every rank scores the same model (bit-identical), so no rank waits for another
     accuracy = grammar.score(main_run.model, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
     seconds = time.perf_counter() - t_start
-    per_variant = {r.variant: {"step_drift": r.step_drift.summary(),
-                               "step_drift_float32_probe": r.float32_probe_drift.summary(),
-                               "micro_batch_drift": r.micro_drift.summary(),
-                               "bit_identical_to_micro_batches": r.micro_bit_identical,
-                               "trajectory_drift": r.trajectory_drift.summary(),
-                               "ranks_bit_identical": r.bit_identical, "seconds_per_step": r.seconds / cfg.steps}
-                   for r in runs}
+    per_variant = {
+        r.variant: {
+            "step_drift": r.step_drift.summary(),
+            "step_drift_float32_probe": r.float32_probe_drift.summary(),
+            "micro_batch_drift": r.micro_drift.summary(),
+            "bit_identical_to_micro_batches": r.micro_bit_identical,
+            "trajectory_drift": r.trajectory_drift.summary(),
+            "ranks_bit_identical": r.bit_identical,
+            "seconds_per_step": r.seconds / cfg.steps,
+        }
+        for r in runs
+    }
     passed = True
     if check:
         worst = max(max(r.step_drift.worst, r.micro_drift.worst) for r in runs)
@@ -302,18 +351,31 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         "tolerance": equivalence.TOLERANCE,
         "probe": "float64 forward of the float32 weights" if cfg.dtype == "float32" else "float64",
         "passed": passed,
-        "tutor_accuracy": accuracy["accuracy"], "tutor_correct": accuracy["correct"], "tutor_total": accuracy["total"],
-        "world_size": ctx.world_size, "steps": cfg.steps, "backend": ctx.backend, "device": str(ctx.device),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+        "tutor_accuracy": accuracy["accuracy"],
+        "tutor_correct": accuracy["correct"],
+        "tutor_total": accuracy["total"],
+        "world_size": ctx.world_size,
+        "steps": cfg.steps,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
         "kernel_set_variables": {name: os.environ.get(name) for name in KERNEL_SET_VARIABLES},
         "date": time.strftime("%Y-%m-%d"),
-        "optimizer": cfg.optimizer, "dtype": cfg.dtype, "seed": cfg.seed, "batch_size": cfg.batch_size,
-        "accum": cfg.accum, "bucket_cap_mb": args.bucket_cap_mb, "buckets": main_run.wrapped.bucket_layout(),
+        "optimizer": cfg.optimizer,
+        "dtype": cfg.dtype,
+        "seed": cfg.seed,
+        "batch_size": cfg.batch_size,
+        "accum": cfg.accum,
+        "bucket_cap_mb": args.bucket_cap_mb,
+        "buckets": main_run.wrapped.bucket_layout(),
         "bytes_all_reduced_per_step": main_run.wrapped.bytes_all_reduced,
         "last_step_timeline": main_run.wrapped.last_timeline(),
         "synchronised_backward_passes": main_run.wrapped.steps_synchronised,  # --accum: one per step
         "variants_bit_identical_to_each_other": bool(check and len(check.twin_of) == len(runs) - 1),
-        "final_loss": losses[-1], "seconds": seconds, "implementation": impl.current(),
+        "final_loss": losses[-1],
+        "seconds": seconds,
+        "implementation": impl.current(),
         "variants": per_variant,
     }
     if ctx.is_main:
@@ -326,20 +388,32 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
 
 def print_summary(report: dict, ctx: launch.DistContext) -> None:
     if report["max_logit_drift"] is not None:
-        launch.log(ctx, "variant     | step drift, whole batch: max (step), final | step drift, same micro-batches: "
-                        "max, bit-identical | trajectory drift: max, first step > 1e-5 | ranks bit-identical")
+        launch.log(
+            ctx,
+            "variant     | step drift, whole batch: max (step), final | step drift, same micro-batches: "
+            "max, bit-identical | trajectory drift: max, first step > 1e-5 | ranks bit-identical",
+        )
         for name, v in report["variants"].items():
             s, m, t = v["step_drift"], v["micro_batch_drift"], v["trajectory_drift"]
-            launch.log(ctx, f"{name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
-                            f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
-                            f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}")
+            launch.log(
+                ctx,
+                f"{name:11} | {s['max']:.2e} ({s['worst_step']}), {s['final']:.2e} | "
+                f"{m['max']:.2e}, {v['bit_identical_to_micro_batches']} | "
+                f"{t['max']:.2e}, {t['first_step_above_tolerance']} | {v['ranks_bit_identical']}",
+            )
         verdict = "PASS" if report["passed"] else "FAIL"
-        launch.log(ctx, f"check {verdict}: max logit drift {report['max_logit_drift']:.2e} "
-                        f"(tolerance {report['tolerance']:g}) | ranks bit-identical after every step: "
-                        f"{report['ranks_bit_identical']}")
-    launch.log(ctx, f"final: step {report['steps']} | loss {report['final_loss']:.4f} | tutor accuracy "
-                    f"{100 * report['tutor_accuracy']:.1f}% ({report['tutor_correct']}/{report['tutor_total']} "
-                    f"held-out test sentences) | {report['seconds']:.1f} s on {report['world_size']} ranks")
+        launch.log(
+            ctx,
+            f"check {verdict}: max logit drift {report['max_logit_drift']:.2e} "
+            f"(tolerance {report['tolerance']:g}) | ranks bit-identical after every step: "
+            f"{report['ranks_bit_identical']}",
+        )
+    launch.log(
+        ctx,
+        f"final: step {report['steps']} | loss {report['final_loss']:.4f} | tutor accuracy "
+        f"{100 * report['tutor_accuracy']:.1f}% ({report['tutor_correct']}/{report['tutor_total']} "
+        f"held-out test sentences) | {report['seconds']:.1f} s on {report['world_size']} ranks",
+    )
 
 
 if __name__ == "__main__":

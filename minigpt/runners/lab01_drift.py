@@ -28,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     ``--sources 0,286``: find which weights make the step drift of those steps (:func:`drift_sources`).
     With ``--out DIR`` the JSON and the Lab 01 page's tables are written there too
     (``01-amplification*`` or ``01-drift-sources*``)."""
-    parser = argparse.ArgumentParser(prog="lab/01_drift.py",
-                                     description="How one optimizer step turns a rounding difference into a "
-                                                 "weight difference, and which weights make a step's drift.")
-    parser.add_argument("--sources", metavar="STEP[,STEP]", help="which weights make the drift of these steps "
-                        "of the default two-rank run")
+    parser = argparse.ArgumentParser(
+        prog="lab/01_drift.py",
+        description="How one optimizer step turns a rounding difference into a "
+        "weight difference, and which weights make a step's drift.",
+    )
+    parser.add_argument(
+        "--sources",
+        metavar="STEP[,STEP]",
+        help="which weights make the drift of these steps of the default two-rank run",
+    )
     parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --sources")
     parser.add_argument("--out", metavar="DIR", help="also write the JSON and the page's tables in DIR")
     args = parser.parse_args(argv)
@@ -53,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = drift_sources(steps, args.optimizer)
         tables, name = sources_tables(rows), f"01-drift-sources-{args.optimizer}"
     else:
-        rows = [one_step_amplification(optimizer, dtype, at_step)
-                for dtype in ("float32", "float64") for optimizer in ("sgd", "adamw") for at_step in (0, 100)]
+        rows = [
+            one_step_amplification(optimizer, dtype, at_step)
+            for dtype in ("float32", "float64")
+            for optimizer in ("sgd", "adamw")
+            for at_step in (0, 100)
+        ]
         tables, name = amplification_tables(rows), "01-amplification"
     print(tables["en"])
     if out is not None:
@@ -63,4 +72,3 @@ def main(argv: list[str] | None = None) -> int:
         for lang, text in tables.items():
             (out / f"{name}-{lang}.txt").write_text(text)
     return 0
-

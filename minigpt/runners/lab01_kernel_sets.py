@@ -39,11 +39,13 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 PROG = "lab/01_kernel_sets.py"
 
 KERNEL_SETS: dict[str, dict[str, str]] = {
-    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512",
-               "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "avx512": {
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+    },
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "baseline": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-                 "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "baseline": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
 }
 # what torch.backends.cpu.get_cpu_capability() answers when the set is in force
 REPORTED = {"avx512": "AVX512", "avx2": "AVX2", "baseline": "DEFAULT"}
@@ -83,18 +85,37 @@ def supported(kernel_set: str, native: str | None = None) -> bool:
 def run_check(kernel_set: str, report: Path, extra: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node=2 lab/01_ddp.py --check --report REPORT *extra``
     under ``kernel_set``."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "lab/01_ddp.py", "--check", "--quiet", "--report", str(report), *extra]
-    return subprocess.run(command, cwd=ROOT, env={**environment(kernel_set), "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=timeout_s)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "lab/01_ddp.py",
+        "--check",
+        "--quiet",
+        "--report",
+        str(report),
+        *extra,
+    ]
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**environment(kernel_set), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def summary(kernel_set: str, report: dict) -> dict:
     """The numbers the page's table shows, from one check's report."""
     v = report["variants"]["bucketed"]
     return {
-        "kernel_set": kernel_set, "cpu_capability": report["cpu_capability"],
-        "passed": report["passed"], "max_step_drift": report["max_logit_drift"],
+        "kernel_set": kernel_set,
+        "cpu_capability": report["cpu_capability"],
+        "passed": report["passed"],
+        "max_step_drift": report["max_logit_drift"],
         "worst_step": v["step_drift"]["worst_step"],
         "max_step_drift_float32_probe": max(x["step_drift_float32_probe"]["max"] for x in report["variants"].values()),
         "worst_step_float32_probe": v["step_drift_float32_probe"]["worst_step"],
@@ -102,16 +123,23 @@ def summary(kernel_set: str, report: dict) -> dict:
         "bit_identical_to_micro_batches": report["bit_identical_to_micro_batches"],
         "trajectory_first_step_above_tolerance": v["trajectory_drift"]["first_step_above_tolerance"],
         "ranks_bit_identical": report["ranks_bit_identical"],
-        "tutor_accuracy": report["tutor_accuracy"], "final_loss": report["final_loss"],
+        "tutor_accuracy": report["tutor_accuracy"],
+        "final_loss": report["final_loss"],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=f"python {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--config", choices=tuple(CONFIGS), default="adamw", help="which Lab 01 run to check")
-    p.add_argument("--kernel-sets", default=",".join(KERNEL_SETS),
-                   help=f"comma list of {', '.join(KERNEL_SETS)} (those the CPU does not support are left out)")
+    p.add_argument(
+        "--kernel-sets",
+        default=",".join(KERNEL_SETS),
+        help=f"comma list of {', '.join(KERNEL_SETS)} (those the CPU does not support are left out)",
+    )
     p.add_argument("--out", default="out", help="folder for 01-kernel-sets-<config>-cpu.json and its tables")
     p.add_argument("--render", metavar="JSON", help="only write the tables of an existing result")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one check may take")
@@ -127,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         names = [n.strip() for n in args.kernel_sets.split(",") if n.strip()]
         unknown = [n for n in names if n not in KERNEL_SETS]
         if unknown or not names:
-            raise cli.BadInput(f"--kernel-sets {args.kernel_sets!r}: unknown {', '.join(unknown) or '(none)'}; "
-                               f"choose from {', '.join(KERNEL_SETS)}")
+            raise cli.BadInput(
+                f"--kernel-sets {args.kernel_sets!r}: unknown {', '.join(unknown) or '(none)'}; "
+                f"choose from {', '.join(KERNEL_SETS)}"
+            )
         if not 0 < args.timeout < float("inf"):
             raise cli.BadInput(f"--timeout {args.timeout}: give a positive number of seconds")
         out = cli.output_dir(args.out, "--out")
@@ -148,13 +178,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n", file=sys.stderr)
                 return cli.refuse(PROG, f"the check under kernel set {name} wrote no report (exit {proc.returncode})")
             rows.append(summary(name, json.loads((Path(tmp) / "report.json").read_text())))
-        print(f"{name}: step drift {rows[-1]['max_step_drift']:.2e} (step {rows[-1]['worst_step']}), float32 probe "
-              f"{rows[-1]['max_step_drift_float32_probe']:.2e}, {time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"{name}: step drift {rows[-1]['max_step_drift']:.2e} (step {rows[-1]['worst_step']}), float32 probe "
+            f"{rows[-1]['max_step_drift_float32_probe']:.2e}, {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
     import torch
 
-    result = {"config": args.config, "arguments": CONFIGS[args.config], "rows": rows, "not_supported": skipped,
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "cpu_model": cpu_model(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    result = {
+        "config": args.config,
+        "arguments": CONFIGS[args.config],
+        "rows": rows,
+        "not_supported": skipped,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "cpu_model": cpu_model(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     path = cli.make_parents(out / f"01-kernel-sets-{args.config}-cpu.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     for written in [path, *lab01_check.render(path)]:

@@ -59,21 +59,26 @@ class Run:
 def zero1_param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
     """The same groups as :func:`minigpt.train.build_optimizer` (weight decay on matrices only)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
     model = build_model(cfg).to(ctx.device)
     if name == "ddp":
         from minigpt.parallel.ddp import BucketedDDP
+
         wrapped = BucketedDDP(model, bucket_cap_mb=0.5, collective="ring")
         return Run(name, model, wrapped, build_optimizer(model, cfg))
     if name == "zero1":
         from minigpt.parallel.zero1 import ZeroOneOptimizer
+
         optimizer = ZeroOneOptimizer(zero1_param_groups(model, cfg), torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.95))
         return Run(name, model, model, optimizer)
     from torch.distributed.fsdp import fully_shard
+
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
@@ -91,6 +96,7 @@ def reshard(model: torch.nn.Module) -> None:
     comes; the next step would then skip the root's all-gather, and the module's parameters
     would be the gathered copies, not the shards the optimizer updates."""
     from torch.distributed.fsdp import FSDPModule
+
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
@@ -134,6 +140,7 @@ def reset_bytes(run: Run) -> None:
 
 def census(run: Run) -> dict:
     from minigpt.fsdp.memory import model_state_bytes
+
     if run.name == "ddp":
         return model_state_bytes(run.model, run.optimizer, extra=[b.buffer for b in run.wrapped.buckets])
     if run.name == "zero1":
@@ -177,6 +184,7 @@ def fsdp2_unit_sizes(model: torch.nn.Module, world_size: int) -> tuple[list[int]
     """(unpadded, padded) parameter counts of the FSDP2 units of MiniGPT: the root (what is not in
     a block: embeddings, tied output layer, final norm) and each block. FSDP2 cuts every
     parameter along its first dimension, padded to a multiple of the world size."""
+
     def sizes(params) -> tuple[int, int]:
         plain = padded = 0
         for p in params:
@@ -184,6 +192,7 @@ def fsdp2_unit_sizes(model: torch.nn.Module, world_size: int) -> tuple[list[int]
             plain += p.numel()
             padded += comm.padded(rows, world_size) * (p.numel() // rows)
         return plain, padded
+
     in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
     root = sizes([p for p in model.parameters() if id(p) not in in_blocks])
     blocks = [sizes(list(b.parameters())) for b in model.blocks]
@@ -198,7 +207,9 @@ def prediction(name: str, psi: int, model: torch.nn.Module, world_size: int) -> 
         plain, padded = fsdp2_unit_sizes(model, world_size)
         reshard = [False] + [True] * (len(plain) - 1)  # FSDP2 keeps the root gathered for backward
         out["bytes"] = sum(c.bytes_sent for c in comm.unit_collectives(padded, 3, world_size, 4, 4, reshard, pad=False))
-        out["bytes_unpadded"] = sum(c.bytes_sent for c in comm.unit_collectives(plain, 3, world_size, 4, 4, reshard, pad=False))
+        out["bytes_unpadded"] = sum(
+            c.bytes_sent for c in comm.unit_collectives(plain, 3, world_size, 4, 4, reshard, pad=False)
+        )
         out["padding_elements"] = sum(padded) - sum(plain)
         out["model_states"] = memory.device_memory(sum(padded), world_size, 3, "fp32").device
         return out
@@ -214,13 +225,16 @@ def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
     predicted_states = pred["model_states"]
     sent = run.sent_per_step[-1]
     return {
-        "stage": pred["stage"], "prediction": pred,
-        "bytes_sent_per_step": sent, "bytes_constant_over_steps": len(set(run.sent_per_step)) == 1,
+        "stage": pred["stage"],
+        "prediction": pred,
+        "bytes_sent_per_step": sent,
+        "bytes_constant_over_steps": len(set(run.sent_per_step)) == 1,
         "bytes_relative_difference": (sent - pred["bytes"]) / pred["bytes"],
         "model_states_after_step": run.states_after_step,
         "model_states_relative_difference": (measured_states - predicted_states) / predicted_states,
         "peak_bytes_during_step": run.peak_step_bytes,
-        "step_drift": run.drift.summary(), "seconds_per_step": run.seconds / max(1, len(run.sent_per_step)),
+        "step_drift": run.drift.summary(),
+        "seconds_per_step": run.seconds / max(1, len(run.sent_per_step)),
     }
 
 
@@ -228,9 +242,12 @@ def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=PROG, description="Lab 02: the ZeRO model against real runs "
-                                "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.",
-                                epilog=cli.TORCHRUN_EPILOG)
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Lab 02: the ZeRO model against real runs "
+        "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.",
+        epilog=cli.TORCHRUN_EPILOG,
+    )
     p.add_argument("--steps", type=int, default=20, help="steps per variant (default 20)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
@@ -266,9 +283,12 @@ def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx
         run = build(name, cfg, ctx)
         train(run, cfg, ctx, args.steps, not args.no_check)
         results[name] = summarize(run, run.model.num_params(), ctx)
-        launch.log(ctx, f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
-                        f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
-                        f"{results[name]['step_drift']['max']:.2e}")
+        launch.log(
+            ctx,
+            f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
+            f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
+            f"{results[name]['step_drift']['max']:.2e}",
+        )
     return results
 
 
@@ -277,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.render:
             from minigpt.pages.lab02_crosscheck import render_files
+
             for path in render_files(cli.input_file(args.render, "--render")):
                 print(f"wrote {path}")
             return 0
@@ -290,18 +311,29 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, dist.DistError) as exc:
         launch.fail_collective(ctx, exc, args.timeout)
     psi = build_model(cfg).num_params()
-    report = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
-              "params": psi, "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
-              "tolerance": equivalence.TOLERANCE, "variants": results,
-              "passed": all(r["step_drift"]["max"] <= equivalence.TOLERANCE for r in results.values())
-              if not args.no_check else None}
+    report = {
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "params": psi,
+        "steps": args.steps,
+        "seed": args.seed,
+        "torch": torch.__version__,
+        "tolerance": equivalence.TOLERANCE,
+        "variants": results,
+        "passed": all(r["step_drift"]["max"] <= equivalence.TOLERANCE for r in results.values())
+        if not args.no_check
+        else None,
+    }
     # every rank's own numbers: the report keeps rank 0's and says whether the others agree
     every = [None] * ctx.world_size
-    dist.all_gather_object(every, {k: (r["bytes_sent_per_step"], r["model_states_after_step"]["total"])
-                                   for k, r in results.items()})
+    dist.all_gather_object(
+        every, {k: (r["bytes_sent_per_step"], r["model_states_after_step"]["total"]) for k, r in results.items()}
+    )
     report["per_rank"] = every
     if ctx.is_main:
         from minigpt.pages.lab02_crosscheck import console_table
+
         print(console_table(report))
         if args.report:
             launch.write_report(args.report, report)

@@ -37,8 +37,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths)))]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
-        lines.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
-                               for i, (x, w) in enumerate(zip(row, widths))))
+        lines.append(
+            "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths)))
+        )
     return "\n".join(lines)
 
 
@@ -68,8 +69,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, help="machines (default 1)")
     p.add_argument("--gpus-per-node", type=int, help="devices per machine")
     p.add_argument("--stage", type=_stages, default=list(za.STAGES), help="stages to show: 0,1,2,3 or all")
-    p.add_argument("--recipe", default="mixed", choices=list(memory.RECIPES),
-                   help="precision recipe (default mixed: 2 + 2 + 12 bytes per parameter)")
+    p.add_argument(
+        "--recipe",
+        default="mixed",
+        choices=list(memory.RECIPES),
+        help="precision recipe (default mixed: 2 + 2 + 12 bytes per parameter)",
+    )
     p.add_argument("--hsdp", action="store_true", help="hybrid sharding: shard inside a node, replicate across")
     p.add_argument("--shard-degree", type=int, help="HSDP: devices a model is sharded over")
     p.add_argument("--replicas", type=int, help="HSDP: number of shard groups")
@@ -81,8 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     mem = sub.add_parser("memory", help="model-state memory per device, by stage")
     _common(mem)
-    mem.add_argument("--largest-layer", type=_number, default=0.0,
-                     help="parameters of the largest layer/unit: the working buffer of stages 2 and 3")
+    mem.add_argument(
+        "--largest-layer",
+        type=_number,
+        default=0.0,
+        help="parameters of the largest layer/unit: the working buffer of stages 2 and 3",
+    )
     mem.add_argument("--offload-optimizer", action="store_true", help="optimizer state in host memory")
     mem.add_argument("--offload-params", action="store_true", help="stage 3: weight shards in host memory too")
     mem.add_argument("--deepspeed", action="store_true", help="also print what DeepSpeed's estimators answer")
@@ -91,7 +100,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mem.add_argument("--checkpointing", action="store_true", help="activations with activation checkpointing")
     com = sub.add_parser("comm", help="bytes each device sends per step, by stage")
     _common(com)
-    com.add_argument("--no-reshard", action="store_true", help="stage 3: keep weights gathered between forward and backward")
+    com.add_argument(
+        "--no-reshard", action="store_true", help="stage 3: keep weights gathered between forward and backward"
+    )
     sim = sub.add_parser("simulate", help="run the numpy simulation and hold it against the model")
     sim.add_argument("--workers", type=int, default=4)
     sim.add_argument("--widths", default="16,32,32,8", help="MLP layer widths, input first")
@@ -110,8 +121,9 @@ def world(args: argparse.Namespace) -> tuple[int, int]:
     nodes, per_node = args.nodes or 1, args.gpus_per_node
     if per_node is not None:
         if args.dp is not None and args.dp != nodes * per_node:
-            raise ValueError(f"--dp {args.dp} does not equal --nodes {nodes} x --gpus-per-node {per_node} "
-                             f"= {nodes * per_node}")
+            raise ValueError(
+                f"--dp {args.dp} does not equal --nodes {nodes} x --gpus-per-node {per_node} = {nodes * per_node}"
+            )
         return nodes * per_node, per_node
     if args.dp is None:
         raise ValueError("give the data-parallel degree: --dp N, or --nodes and --gpus-per-node")
@@ -139,30 +151,50 @@ def memory_report(args: argparse.Namespace) -> dict:
     n, per_node, shard, replicas, stages = layout(args)
     rows = {}
     for stage in stages:
-        m = memory.device_memory(args.params, shard, stage, args.recipe, args.largest_layer,
-                                 args.offload_optimizer, args.offload_params and stage == 3)
+        m = memory.device_memory(
+            args.params,
+            shard,
+            stage,
+            args.recipe,
+            args.largest_layer,
+            args.offload_optimizer,
+            args.offload_params and stage == 3,
+        )
         rows[za.STAGE_NAMES[stage]] = m.as_dict()
     if args.offload_params and 3 not in args.stage:
         raise ValueError("--offload-params needs stage 3 in --stage (only stage 3 shards the weights)")
-    report = {"params": args.params, "world_size": n, "shard_degree": shard, "replicas": replicas,
-              "recipe": args.recipe, "largest_layer": args.largest_layer, "stages": rows}
+    report = {
+        "params": args.params,
+        "world_size": n,
+        "shard_degree": shard,
+        "replicas": replicas,
+        "recipe": args.recipe,
+        "largest_layer": args.largest_layer,
+        "stages": rows,
+    }
     act = [args.seq_len, args.micro_batch, args.hidden, args.heads, args.layers]
     if any(a is not None for a in act):
         if any(a is None for a in act):
             raise ValueError("activations need all of --seq-len, --micro-batch, --hidden, --heads, --layers")
-        report["activations"] = memory.activation_bytes(args.layers, args.seq_len, args.micro_batch,
-                                                        args.hidden, args.heads, args.checkpointing)
+        report["activations"] = memory.activation_bytes(
+            args.layers, args.seq_len, args.micro_batch, args.hidden, args.heads, args.checkpointing
+        )
     if args.deepspeed:
-        report["deepspeed"] = {f"stage {s}": [vars(r) for r in memory.deepspeed_rows(
-            s, args.params, args.largest_layer, per_node, n // per_node)] for s in memory.DEEPSPEED_STAGES}
+        report["deepspeed"] = {
+            f"stage {s}": [
+                vars(r) for r in memory.deepspeed_rows(s, args.params, args.largest_layer, per_node, n // per_node)
+            ]
+            for s in memory.DEEPSPEED_STAGES
+        }
     return report
 
 
 def print_memory(report: dict) -> None:
     rec = memory.RECIPES[report["recipe"]]
     hsdp = f", HSDP {report['shard_degree']} x {report['replicas']}" if report["replicas"] > 1 else ""
-    print(f"Ψ = {report['params']:.4g} parameters, N = {report['world_size']}{hsdp}, "
-          f"recipe {rec.name}: {rec.description}")
+    print(
+        f"Ψ = {report['params']:.4g} parameters, N = {report['world_size']}{hsdp}, recipe {rec.name}: {rec.description}"
+    )
     headers = ["stage", "weights", "gradients", "optimizer", "working", "per device"]
     offload = any(m["host"] for m in report["stages"].values())
     if offload:
@@ -177,8 +209,12 @@ def print_memory(report: dict) -> None:
     if "deepspeed" in report:
         print("\nDeepSpeed's estimators for the same inputs (GiB = 2^30 bytes, as DeepSpeed prints):")
         for stage, estimates in report["deepspeed"].items():
-            print(table([f"DeepSpeed {stage}", "per CPU (node)", "per GPU"],
-                        [[e["options"], f"{e['cpu'] / 2**30:.2f} GiB", f"{e['gpu'] / 2**30:.2f} GiB"] for e in estimates]))
+            print(
+                table(
+                    [f"DeepSpeed {stage}", "per CPU (node)", "per GPU"],
+                    [[e["options"], f"{e['cpu'] / 2**30:.2f} GiB", f"{e['gpu'] / 2**30:.2f} GiB"] for e in estimates],
+                )
+            )
 
 
 def comm_report(args: argparse.Namespace) -> dict:
@@ -187,18 +223,30 @@ def comm_report(args: argparse.Namespace) -> dict:
     for stage in stages:
         cs = comm.step_collectives(args.params, stage, shard, replicas, args.recipe, not args.no_reshard)
         t = comm.traffic(cs)
-        rows[za.STAGE_NAMES[stage]] = {"collectives": comm.describe(cs), "inside": t.inside,
-                                       "across": t.across, "total": t.total,
-                                       "volume_elements": sum(c.count * za.RING_PASSES[c.op] * c.elements for c in cs)}
-    return {"params": args.params, "world_size": n, "shard_degree": shard, "replicas": replicas,
-            "recipe": args.recipe, "stages": rows}
+        rows[za.STAGE_NAMES[stage]] = {
+            "collectives": comm.describe(cs),
+            "inside": t.inside,
+            "across": t.across,
+            "total": t.total,
+            "volume_elements": sum(c.count * za.RING_PASSES[c.op] * c.elements for c in cs),
+        }
+    return {
+        "params": args.params,
+        "world_size": n,
+        "shard_degree": shard,
+        "replicas": replicas,
+        "recipe": args.recipe,
+        "stages": rows,
+    }
 
 
 def print_comm(report: dict) -> None:
     hsdp = report["replicas"] > 1
-    print(f"Ψ = {report['params']:.4g} parameters, N = {report['world_size']}"
-          + (f", HSDP {report['shard_degree']} x {report['replicas']}" if hsdp else "")
-          + f", recipe {report['recipe']}: bytes each device sends per step (ring algorithms)")
+    print(
+        f"Ψ = {report['params']:.4g} parameters, N = {report['world_size']}"
+        + (f", HSDP {report['shard_degree']} x {report['replicas']}" if hsdp else "")
+        + f", recipe {report['recipe']}: bytes each device sends per step (ring algorithms)"
+    )
     headers = ["stage", "collectives", "volume (x Ψ)"]
     headers += ["inside shard group", "across replicas", "total"] if hsdp else ["sent per device"]
     rows = []
@@ -221,26 +269,47 @@ def simulate_report(args: argparse.Namespace) -> dict:
     rec = memory.recipe(args.recipe)
     runs = [simulate.simulate(s, args.workers, spec, args.steps, args.recipe, rows) for s in za.STAGES]
     padded = [comm.padded(u, args.workers) for u in spec.unit_sizes]
-    out = {"workers": args.workers, "widths": list(widths), "params": spec.n_params,
-           "padded_params": sum(padded), "recipe": args.recipe, "stages": {}}
+    out = {
+        "workers": args.workers,
+        "widths": list(widths),
+        "params": spec.n_params,
+        "padded_params": sum(padded),
+        "recipe": args.recipe,
+        "stages": {},
+    }
     for run in runs:
         predicted = memory.device_memory(sum(padded), args.workers, run.stage, args.recipe, largest_layer=max(padded))
-        sent = sum(c.bytes_sent for c in comm.unit_collectives(spec.unit_sizes, run.stage, args.workers,
-                                                                rec.param_bytes, rec.reduce_bytes))
+        sent = sum(
+            c.bytes_sent
+            for c in comm.unit_collectives(spec.unit_sizes, run.stage, args.workers, rec.param_bytes, rec.reduce_bytes)
+        )
         out["stages"][za.STAGE_NAMES[run.stage]] = {
             "same_weights_as_ddp": all((a == b).all() for a, b in zip(runs[0].weights, run.weights)),
-            "peak_model_state": run.peak_model_state[0], "predicted_memory": predicted.device,
-            "bytes_sent_per_step": run.bytes_sent_per_step[0], "predicted_bytes": sent,
-            "final_loss": run.losses[-1]}
+            "peak_model_state": run.peak_model_state[0],
+            "predicted_memory": predicted.device,
+            "bytes_sent_per_step": run.bytes_sent_per_step[0],
+            "predicted_bytes": sent,
+            "final_loss": run.losses[-1],
+        }
     return out
 
 
 def print_simulate(report: dict) -> None:
-    print(f"{report['workers']} workers, MLP {report['widths']} ({report['params']} parameters, "
-          f"{report['padded_params']} padded), recipe {report['recipe']}")
-    rows = [[name, "yes" if r["same_weights_as_ddp"] else "NO", f"{r['peak_model_state']:,}",
-             f"{r['predicted_memory']:,.0f}", f"{r['bytes_sent_per_step']:,}", f"{r['predicted_bytes']:,.0f}"]
-            for name, r in report["stages"].items()]
+    print(
+        f"{report['workers']} workers, MLP {report['widths']} ({report['params']} parameters, "
+        f"{report['padded_params']} padded), recipe {report['recipe']}"
+    )
+    rows = [
+        [
+            name,
+            "yes" if r["same_weights_as_ddp"] else "NO",
+            f"{r['peak_model_state']:,}",
+            f"{r['predicted_memory']:,.0f}",
+            f"{r['bytes_sent_per_step']:,}",
+            f"{r['predicted_bytes']:,.0f}",
+        ]
+        for name, r in report["stages"].items()
+    ]
     print(table(["stage", "weights = DDP's", "peak bytes held", "model", "bytes sent/step", "model"], rows))
 
 

@@ -38,28 +38,58 @@ from minigpt.pages.lab03_practice import DEMOS, TABLES, render, table_load
 PROG = "lab/03_fsdp_practice.py"
 SCRIPT = Path(__file__).resolve().parent.parent.parent / PROG  # the lab script, started again for the world-1 load
 DEFAULT_OUT_DIR = "out/lab03-checkpoints"
-TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=2 {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                epilog=cli.TORCHRUN_EPILOG)
-    p.add_argument("--only", default=",".join(DEMOS), metavar="NAME[,NAME]",
-                   help=f"demonstrations to run, from: {', '.join(DEMOS)}")
-    p.add_argument("--steps", type=int, default=10, help="training steps each demonstration takes "
-                   "(counted, timed, or trained before the drift is measured)")
+    p = argparse.ArgumentParser(
+        prog=f"torchrun --nproc_per_node=2 {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=cli.TORCHRUN_EPILOG,
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(DEMOS),
+        metavar="NAME[,NAME]",
+        help=f"demonstrations to run, from: {', '.join(DEMOS)}",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=10,
+        help="training steps each demonstration takes (counted, timed, or trained before the drift is measured)",
+    )
     p.add_argument("--seed", type=int, default=0, help="initial weights and batches")
     p.add_argument("--batch-size", type=int, default=64, help="global batch (sentences), cut evenly over the ranks")
     p.add_argument("--report", metavar="FILE.json", help="write every measured number as JSON (rank 0)")
-    p.add_argument("--out-dir", default=DEFAULT_OUT_DIR, help="folder the checkpoint demonstration writes "
-                   "(created if missing)")
+    p.add_argument(
+        "--out-dir", default=DEFAULT_OUT_DIR, help="folder the checkpoint demonstration writes (created if missing)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
-    p.add_argument("--render", metavar="FILE.json", help="only write the tables (FILE-en.txt, FILE-es.txt) "
-                   "and figures (FILE-*-en.png, -es.png) of a report; measures nothing")
-    p.add_argument("--load-resharded", metavar="DIR", help="(the world-1 half) read the sharded "
-                   "checkpoint in DIR into a plain MiniGPT and compare; run with plain python")
+    p.add_argument(
+        "--render",
+        metavar="FILE.json",
+        help="only write the tables (FILE-en.txt, FILE-es.txt) "
+        "and figures (FILE-*-en.png, -es.png) of a report; measures nothing",
+    )
+    p.add_argument(
+        "--load-resharded",
+        metavar="DIR",
+        help="(the world-1 half) read the sharded "
+        "checkpoint in DIR into a plain MiniGPT and compare; run with plain python",
+    )
     return p.parse_args(argv)
 
 
@@ -68,13 +98,17 @@ def check_args(args: argparse.Namespace) -> list[str]:
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in DEMOS]
     if unknown or not names:
-        raise ValueError(f"--only {args.only!r}: unknown demonstration {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(DEMOS)}")
+        raise ValueError(
+            f"--only {args.only!r}: unknown demonstration {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(DEMOS)}"
+        )
     if args.steps < 2:
         raise ValueError(f"--steps must be at least 2 (a median and a drift need steps), got {args.steps}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args.batch_size < 1 or args.batch_size % world_size:
-        raise ValueError(f"--batch-size must be a positive multiple of the world size {world_size}, got {args.batch_size}")
+        raise ValueError(
+            f"--batch-size must be a positive multiple of the world size {world_size}, got {args.batch_size}"
+        )
     if args.seed < 0:
         raise ValueError(f"--seed must not be negative, got {args.seed}")
     if not args.timeout > 0:
@@ -87,15 +121,19 @@ def check_args(args: argparse.Namespace) -> list[str]:
         cli.output_dir(out_dir, "--out-dir")
     sharded = out_dir / "sharded"
     if "checkpoint" in names and sharded.is_dir() and any(sharded.iterdir()) and not (sharded / ".metadata").exists():
-        raise ValueError(f"--out-dir {args.out_dir}: {sharded} holds files that are not a DCP checkpoint; "
-                         f"give another folder (an old checkpoint there is replaced, anything else is not)")
+        raise ValueError(
+            f"--out-dir {args.out_dir}: {sharded} holds files that are not a DCP checkpoint; "
+            f"give another folder (an old checkpoint there is replaced, anything else is not)"
+        )
     if args.report and Path(args.report).suffix != ".json":
         raise ValueError(f"--report {args.report}: the report is JSON; give a file name ending in .json")
     if args.render:
         cli.input_file(args.render, "--render")
     if args.load_resharded and os.environ.get("WORLD_SIZE", "1") != "1":
-        raise ValueError(f"--load-resharded reads the checkpoint in a world of one; run it with plain python, "
-                         f"not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']})")
+        raise ValueError(
+            f"--load-resharded reads the checkpoint in a world of one; run it with plain python, "
+            f"not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']})"
+        )
     return [n for n in DEMOS if n in names]
 
 
@@ -114,15 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.load_resharded:
         return load_half(args)
     if launch.torchrun_env()[2] < 2:
-        return cli.refuse(PROG, f"FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
-                                f"(world size now {launch.torchrun_env()[2]})")
+        return cli.refuse(
+            PROG,
+            f"FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
+            f"(world size now {launch.torchrun_env()[2]})",
+        )
     ctx = launch.init(args.timeout)
     try:
         report = run(names, args, ctx)
     except (RuntimeError, ValueError) as exc:
-        launch.fail(ctx, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n  if that is a "
-                         f"collective's error, a peer rank probably died or stopped answering (collective "
-                         f"timeout {args.timeout:g} s); the other ranks stop too")
+        launch.fail(
+            ctx,
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n  if that is a "
+            f"collective's error, a peer rank probably died or stopped answering (collective "
+            f"timeout {args.timeout:g} s); the other ranks stop too",
+        )
     launch.teardown()
     if ctx.rank != 0:
         return 0
@@ -151,11 +195,24 @@ def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
         "clipping": lambda: sharded_state.gradient_clipping(cfg, ctx, args.steps),
         "diagnostics": lambda: practice.diagnostics(cfg, ctx),
     }
-    report = {"meta": {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
-                       "torch": torch.__version__, "python": platform.python_version(), "steps": args.steps,
-                       "seed": args.seed, "batch_size": cfg.batch_size, "demonstrations": names}}
-    launch.log(ctx, f"MiniGPT, world size {ctx.world_size} ({ctx.backend}), FSDP2 fully_shard, "
-                    f"{args.steps} steps per demonstration, seed {args.seed}")
+    report = {
+        "meta": {
+            "world_size": ctx.world_size,
+            "backend": ctx.backend,
+            "device": str(ctx.device),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "steps": args.steps,
+            "seed": args.seed,
+            "batch_size": cfg.batch_size,
+            "demonstrations": names,
+        }
+    }
+    launch.log(
+        ctx,
+        f"MiniGPT, world size {ctx.world_size} ({ctx.backend}), FSDP2 fully_shard, "
+        f"{args.steps} steps per demonstration, seed {args.seed}",
+    )
     for name in names:
         t0 = time.perf_counter()
         report[name] = demos[name]()
@@ -189,10 +246,12 @@ def load_half(args: argparse.Namespace) -> int:
 
 def start_load_half(args: argparse.Namespace) -> dict:
     """Rank 0, after the process group is gone: run the world-1 half in a new process."""
-    command = [sys.executable, str(SCRIPT), "--load-resharded", args.out_dir,
-               "--seed", str(args.seed)]
-    print(f"\n## checkpoint, second half: a new process, world size 1\n\n$ python {PROG} "
-          f"--load-resharded {args.out_dir}" + (f" --seed {args.seed}" if args.seed else ""), flush=True)
+    command = [sys.executable, str(SCRIPT), "--load-resharded", args.out_dir, "--seed", str(args.seed)]
+    print(
+        f"\n## checkpoint, second half: a new process, world size 1\n\n$ python {PROG} "
+        f"--load-resharded {args.out_dir}" + (f" --seed {args.seed}" if args.seed else ""),
+        flush=True,
+    )
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and not k.startswith("TORCHELASTIC")}
     report_file = Path(args.out_dir) / "load-report.json"
     report_file.unlink(missing_ok=True)  # from an earlier run

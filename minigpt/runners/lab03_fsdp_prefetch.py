@@ -80,9 +80,13 @@ def full_state(wrapped: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[di
     with warnings.catch_warnings():  # FSDP1 on one rank (NO_SHARD) says at every call that it returns it whole
         warnings.filterwarnings("ignore", message=".*NO_SHARD.*full_state_dict will be returned")
         model_state, optim_state = get_state_dict(wrapped, optimizer, options=StateDictOptions(full_state_dict=True))
-    return ({k: v.detach().cpu().clone() for k, v in model_state.items()},
-            {name: {k: v.cpu().clone() if torch.is_tensor(v) else v for k, v in s.items()}
-             for name, s in optim_state["state"].items()})
+    return (
+        {k: v.detach().cpu().clone() for k, v in model_state.items()},
+        {
+            name: {k: v.cpu().clone() if torch.is_tensor(v) else v for k, v in s.items()}
+            for name, s in optim_state["state"].items()
+        },
+    )
 
 
 def load_full_state(model: MiniGPT, optimizer: torch.optim.Optimizer, state: tuple[dict, dict]) -> None:
@@ -126,8 +130,12 @@ class VariantRun:
     def train_step(self, step: int) -> None:
         """One traced, timed step on this rank's slice of the global batch; then gather the state."""
         cfg, ctx = self.cfg, self.ctx
-        x, y, mask = (t.to(ctx.device) for t in grammar.get_batch(
-            "train", step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size))
+        x, y, mask = (
+            t.to(ctx.device)
+            for t in grammar.get_batch(
+                "train", step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+            )
+        )
         self.wrapped.train()
         dist.barrier()  # the ranks start the step together
         synchronize(ctx.device)
@@ -149,9 +157,14 @@ class VariantRun:
     def measurements(self) -> dict:
         """What rank 0 needs from this rank to write the report."""
         last = self.tracer.steps[-1]
-        return {"step_times": self.step_times, "losses": self.losses,
-                "summaries": [record.summary() for record in self.tracer.steps],
-                "last_events": last.events, "last_schedule": last.schedule(), "log": event_log(last, self.ctx.rank)}
+        return {
+            "step_times": self.step_times,
+            "losses": self.losses,
+            "summaries": [record.summary() for record in self.tracer.steps],
+            "last_events": last.events,
+            "last_schedule": last.schedule(),
+            "log": event_log(last, self.ctx.rank),
+        }
 
 
 class OneProcess:
@@ -167,7 +180,7 @@ class OneProcess:
     def step_drift(self, run: VariantRun, step: int) -> float:
         load_full_state(self.model, self.optimizer, run.before)
         train_step(self.model, self.optimizer, step, self.cfg)  # one process, the whole global batch
-        self.run_model.load_state_dict(run.after[0])            # the FSDP model's parameters after the step
+        self.run_model.load_state_dict(run.after[0])  # the FSDP model's parameters after the step
         return self.probe.drift(self.model, self.run_model)
 
 
@@ -180,18 +193,27 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
     last = [r["summaries"][-1] for r in ranks]
     predicted = predict_event_order(n_layer, name) if world_size > 1 else None
     return {
-        "api": variant.api, "description": {"en": variant.en, "es": variant.es},
-        "step_drift": drifts, "max_step_drift": max(drifts), "passed": max(drifts) <= equivalence.TOLERANCE,
+        "api": variant.api,
+        "description": {"en": variant.en, "es": variant.es},
+        "step_drift": drifts,
+        "max_step_drift": max(drifts),
+        "passed": max(drifts) <= equivalence.TOLERANCE,
         "calls_per_step": last[0]["calls"],
-        "calls_same_every_step_and_rank": all(r["summaries"][s]["calls"] == last[0]["calls"] for r in ranks for s in later),
+        "calls_same_every_step_and_rank": all(
+            r["summaries"][s]["calls"] == last[0]["calls"] for r in ranks for s in later
+        ),
         "sent_bytes_per_step": [s["sent_bytes"] for s in last],  # per rank
         "input_bytes_per_step": [s["input_bytes"] for s in last],
         "output_bytes_per_step": [s["output_bytes"] for s in last],
-        "median_step_s": statistics.median(step_times), "median_exposed_s": statistics.median(exposed),
-        "step_s": [r["step_times"] for r in ranks], "exposed_s": [[s["exposed_s"] for s in r["summaries"]] for r in ranks],
+        "median_step_s": statistics.median(step_times),
+        "median_exposed_s": statistics.median(exposed),
+        "step_s": [r["step_times"] for r in ranks],
+        "exposed_s": [[s["exposed_s"] for s in r["summaries"]] for r in ranks],
         "final_loss": statistics.mean(r["losses"][-1] for r in ranks),
         "all_gather_order": [s["all_gather_order"] for s in last],
-        "all_gather_phases": [[e["phase"] for e in r["last_events"] if e["what"] == "all-gather issued"] for r in ranks],
+        "all_gather_phases": [
+            [e["phase"] for e in r["last_events"] if e["what"] == "all-gather issued"] for r in ranks
+        ],
         "schedule": [r["last_schedule"] for r in ranks],
         "predicted_schedule": predicted,
         "prediction_matches": None if predicted is None else all(r["last_schedule"] == predicted for r in ranks),
@@ -204,17 +226,28 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=f"torchrun --nproc_per_node=N {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                epilog=cli.TORCHRUN_EPILOG)
+    p = argparse.ArgumentParser(
+        prog=f"torchrun --nproc_per_node=N {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=cli.TORCHRUN_EPILOG,
+    )
     p.add_argument("--variants", default="all", help=f"comma-separated, or all: {', '.join(VARIANTS)}")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps per variant (the first of "
-                   "TrainConfig's schedule)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="training steps per variant (the first of TrainConfig's schedule)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the weights and batches of every variant")
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
     p.add_argument("--trace-dir", metavar="DIR", help="write per variant its event log and timeline figures (rank 0)")
-    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S,
-                   help="seconds any collective may wait for a peer before this rank gives up")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=launch.DEFAULT_TIMEOUT_S,
+        help="seconds any collective may wait for a peer before this rank gives up",
+    )
     p.add_argument("--quiet", action="store_true", help="only the final table")
     p.add_argument("--render", metavar="JSON", help="only draw the tables and figures of a report (no training)")
     return p.parse_args(argv)
@@ -236,8 +269,10 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     if not 1 <= args.steps <= cfg.steps:
         raise ValueError(f"--steps must be in 1..{cfg.steps} (TrainConfig's schedule), got {args.steps}")
     if cfg.batch_size % world_size:
-        raise ValueError(f"the global batch of {cfg.batch_size} is not divisible by the world size {world_size}; "
-                         f"use a world size that divides {cfg.batch_size}")
+        raise ValueError(
+            f"the global batch of {cfg.batch_size} is not divisible by the world size {world_size}; "
+            f"use a world size that divides {cfg.batch_size}"
+        )
     if not args.timeout > 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if os.environ.get("RANK", "0") == "0":  # rank 0 writes the report and the traces
@@ -278,15 +313,23 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
     from tqdm import tqdm
 
     if not args.quiet:
-        launch.log(ctx, f"MiniGPT {build_model(cfg).num_params():,} parameters, {cfg.n_layer} blocks | world size "
-                        f"{ctx.world_size} ({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = "
-                        f"{ctx.world_size} x {cfg.batch_size // ctx.world_size} | {args.steps} steps of "
-                        f"{len(names)} variant(s), taking turns")
+        launch.log(
+            ctx,
+            f"MiniGPT {build_model(cfg).num_params():,} parameters, {cfg.n_layer} blocks | world size "
+            f"{ctx.world_size} ({ctx.backend}, {ctx.device}) | global batch {cfg.batch_size} = "
+            f"{ctx.world_size} x {cfg.batch_size // ctx.world_size} | {args.steps} steps of "
+            f"{len(names)} variant(s), taking turns",
+        )
     runs = [VariantRun(name, cfg, ctx) for name in names]
     one_process = OneProcess(cfg, ctx.device)
     drifts = torch.zeros(len(runs), args.steps, dtype=torch.float64)
-    bar = tqdm(range(args.steps), desc="[rank 0] steps", disable=args.quiet or not ctx.is_main,
-               dynamic_ncols=True, file=sys.stdout)
+    bar = tqdm(
+        range(args.steps),
+        desc="[rank 0] steps",
+        disable=args.quiet or not ctx.is_main,
+        dynamic_ncols=True,
+        file=sys.stdout,
+    )
     for step in bar:
         for variant_run in runs:
             variant_run.train_step(step)
@@ -304,16 +347,27 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
             results[name] = summarize(name, drifts[i].tolist(), [g[i] for g in gathered], ctx.world_size, cfg.n_layer)
             logs[name] = "\n".join(g[i]["log"] for g in gathered)
         else:  # every rank knows the verdict, only rank 0 the details
-            results[name] = {"max_step_drift": float(drifts[i].max()),
-                             "passed": float(drifts[i].max()) <= equivalence.TOLERANCE}
+            results[name] = {
+                "max_step_drift": float(drifts[i].max()),
+                "passed": float(drifts[i].max()) <= equivalence.TOLERANCE,
+            }
     passed = all(r["passed"] for r in results.values())
     report = {
-        "world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",
-        "cpu_count": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
         "clock": "host" if ctx.device.type == "cuda" else "cpu",
-        "steps": args.steps, "seed": cfg.seed, "batch_size": cfg.batch_size, "n_layer": cfg.n_layer,
-        "parameters": build_model(cfg).num_params(), "tolerance": equivalence.TOLERANCE, "passed": passed,
+        "steps": args.steps,
+        "seed": cfg.seed,
+        "batch_size": cfg.batch_size,
+        "n_layer": cfg.n_layer,
+        "parameters": build_model(cfg).num_params(),
+        "tolerance": equivalence.TOLERANCE,
+        "passed": passed,
         "variants": results,
     }
     if ctx.is_main:
@@ -321,15 +375,24 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
 
         print(table(report, "en"), end="")
         verdict = "PASS" if passed else "FAIL"
-        launch.log(ctx, f"check {verdict}: max step drift {max(r['max_step_drift'] for r in results.values()):.2e} "
-                        f"(tolerance {equivalence.TOLERANCE:g})")
+        launch.log(
+            ctx,
+            f"check {verdict}: max step drift {max(r['max_step_drift'] for r in results.values()):.2e} "
+            f"(tolerance {equivalence.TOLERANCE:g})",
+        )
         if ctx.world_size < 2:
-            launch.log(ctx, "one rank: FSDP2 gathers and scatters nothing, FSDP1 switches to NO_SHARD (one "
-                            "all-reduce per unit, over one rank); the predicted orders (for 2 or more ranks) "
-                            "are not compared")
+            launch.log(
+                ctx,
+                "one rank: FSDP2 gathers and scatters nothing, FSDP1 switches to NO_SHARD (one "
+                "all-reduce per unit, over one rank); the predicted orders (for 2 or more ranks) "
+                "are not compared",
+            )
         if ctx.device.type == "cuda":
-            launch.log(ctx, "on a GPU the times in the logs and figures are when the host issued or learned of "
-                            "the work; use the PyTorch profiler for device times")
+            launch.log(
+                ctx,
+                "on a GPU the times in the logs and figures are when the host issued or learned of "
+                "the work; use the PyTorch profiler for device times",
+            )
         if args.trace_dir:
             folder = Path(args.trace_dir)
             folder.mkdir(parents=True, exist_ok=True)

@@ -26,18 +26,19 @@ from minigpt.pages.lang import LANGS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lab/03_fsdp_reading.py",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="lab/03_fsdp_reading.py", description=__doc__.splitlines()[0])
     parser.add_argument("--lang", choices=LANGS, default="en", help="language of the notes (default: en)")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--section", metavar="NAME", help="show one section (see --list)")
     only.add_argument("--key", metavar="KEY", help="show one note (see --list)")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list sections and note keys")
-    action.add_argument("--check", action="store_true",
-                        help="check that every anchor is found exactly once in the installed torch")
-    action.add_argument("--markdown", metavar="PATH", type=Path,
-                        help="write the site's Markdown fragment (in --lang) to PATH")
+    action.add_argument(
+        "--check", action="store_true", help="check that every anchor is found exactly once in the installed torch"
+    )
+    action.add_argument(
+        "--markdown", metavar="PATH", type=Path, help="write the site's Markdown fragment (in --lang) to PATH"
+    )
     args = parser.parse_args(argv)
 
     section_names = [s.name for s in SECTIONS]

@@ -84,9 +84,11 @@ def model_state_bytes(psi: float, n_devices: int = 1, stage: int = 0, k: int = A
     if k < 0:
         raise ValueError(f"k (optimizer bytes per parameter) must be >= 0, got {k!r}")
     n = n_devices
-    return ModelStates(params=2 * psi / (n if stage >= 3 else 1),
-                       grads=2 * psi / (n if stage >= 2 else 1),
-                       optimizer=k * psi / (n if stage >= 1 else 1))
+    return ModelStates(
+        params=2 * psi / (n if stage >= 3 else 1),
+        grads=2 * psi / (n if stage >= 2 else 1),
+        optimizer=k * psi / (n if stage >= 1 else 1),
+    )
 
 
 def paper_round(gigabytes: float) -> str:
@@ -175,9 +177,15 @@ def comm_volume(psi: float, stage: int, n_devices: int | None = None) -> float:
 RECOMPUTE = ("none", "selective", "full")
 
 
-def activation_bytes_per_layer(seq_len: int, batch: int, hidden: int, heads: int,
-                               tensor_parallel: int = 1, sequence_parallel: bool = False,
-                               recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    seq_len: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
     """Activation bytes one transformer layer keeps for backward (Korthikanti et al., 2022).
 
     Their Table 2, with s = ``seq_len``, b = ``batch``, h = ``hidden``, a = ``heads``,
@@ -189,8 +197,13 @@ def activation_bytes_per_layer(seq_len: int, batch: int, hidden: int, heads: int
     selective recompute       drops the 5 a s/h term (the attention scores are recomputed)
     full recompute            2 s b h (only the layer's input is kept)
     """
-    for name, value in (("seq_len", seq_len), ("batch", batch), ("hidden", hidden),
-                        ("heads", heads), ("tensor_parallel", tensor_parallel)):
+    for name, value in (
+        ("seq_len", seq_len),
+        ("batch", batch),
+        ("hidden", hidden),
+        ("heads", heads),
+        ("tensor_parallel", tensor_parallel),
+    ):
         _positive_int(name, value)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
@@ -237,8 +250,9 @@ def gpt_params(vocab_size: int, block_size: int, n_layer: int, n_embd: int, bias
 # --- 5. model, pipeline and hybrid parallelism ------------------------------------------------
 
 
-def tensor_parallel_bytes_per_layer(seq_len: int, batch: int, hidden: int, tp: int,
-                                    bytes_per_element: int = 2) -> float:
+def tensor_parallel_bytes_per_layer(
+    seq_len: int, batch: int, hidden: int, tp: int, bytes_per_element: int = 2
+) -> float:
     """Bytes one device sends per transformer layer (forward + backward) under Megatron-style
     tensor parallelism over ``tp`` devices: two all-reduces forward (attention, MLP) and two
     backward, each over the b s h activations."""
@@ -254,8 +268,9 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1)
 
 
-def hsdp_degrees(world_size: int, devices_per_node: int, shard_degree: int | None = None,
-                 replicas: int | None = None) -> tuple[int, int]:
+def hsdp_degrees(
+    world_size: int, devices_per_node: int, shard_degree: int | None = None, replicas: int | None = None
+) -> tuple[int, int]:
     """Choose and validate HSDP's (shard degree, replica count).
 
     * both given: their product must equal the world size;
@@ -270,23 +285,30 @@ def hsdp_degrees(world_size: int, devices_per_node: int, shard_degree: int | Non
             _positive_int(name, value)
     if shard_degree is not None and replicas is not None:
         if shard_degree * replicas != world_size:
-            raise ValueError(f"shard_degree {shard_degree} x replicas {replicas} = "
-                             f"{shard_degree * replicas}, but the world size is {world_size}: "
-                             "the product must equal the world size")
+            raise ValueError(
+                f"shard_degree {shard_degree} x replicas {replicas} = "
+                f"{shard_degree * replicas}, but the world size is {world_size}: "
+                "the product must equal the world size"
+            )
         return shard_degree, replicas
     if shard_degree is not None:
         if world_size % shard_degree:
-            raise ValueError(f"shard_degree {shard_degree} does not divide the world size "
-                             f"{world_size}: pick a divisor of {world_size}")
+            raise ValueError(
+                f"shard_degree {shard_degree} does not divide the world size "
+                f"{world_size}: pick a divisor of {world_size}"
+            )
         return shard_degree, world_size // shard_degree
     if replicas is not None:
         if world_size % replicas:
-            raise ValueError(f"replicas {replicas} does not divide the world size "
-                             f"{world_size}: pick a divisor of {world_size}")
+            raise ValueError(
+                f"replicas {replicas} does not divide the world size {world_size}: pick a divisor of {world_size}"
+            )
         return world_size // replicas, replicas
     if world_size % devices_per_node:
-        raise ValueError(f"the world size {world_size} is not a whole number of nodes of "
-                         f"{devices_per_node} devices: give shard_degree or replicas explicitly")
+        raise ValueError(
+            f"the world size {world_size} is not a whole number of nodes of "
+            f"{devices_per_node} devices: give shard_degree or replicas explicitly"
+        )
     return devices_per_node, world_size // devices_per_node
 
 
@@ -338,17 +360,26 @@ class FsdpMemory:
         return self.sharded_params + self.sharded_grads + self.optimizer + self.gathered
 
 
-def fsdp_memory(psi: float, n_devices: int, unit_params: float, units_in_flight: int = 2,
-                master_bytes: int = 4, compute_bytes: int = 2, optimizer_bytes: int = 8) -> FsdpMemory:
+def fsdp_memory(
+    psi: float,
+    n_devices: int,
+    unit_params: float,
+    units_in_flight: int = 2,
+    master_bytes: int = 4,
+    compute_bytes: int = 2,
+    optimizer_bytes: int = 8,
+) -> FsdpMemory:
     """FSDP's model-state bytes per device: fp32 sharded parameters and gradients and Adam's two
     moments (4 + 4 + 8 bytes per parameter, over N), plus the ``units_in_flight`` wrap units whose
     parameters are all-gathered in the compute dtype (the one running and the one prefetched)."""
     _positive_int("n_devices", n_devices)
     _positive_int("units_in_flight", units_in_flight)
-    return FsdpMemory(sharded_params=master_bytes * psi / n_devices,
-                      sharded_grads=master_bytes * psi / n_devices,
-                      optimizer=optimizer_bytes * psi / n_devices,
-                      gathered=units_in_flight * unit_params * compute_bytes)
+    return FsdpMemory(
+        sharded_params=master_bytes * psi / n_devices,
+        sharded_grads=master_bytes * psi / n_devices,
+        optimizer=optimizer_bytes * psi / n_devices,
+        gathered=units_in_flight * unit_params * compute_bytes,
+    )
 
 
 def checkpoint_bytes(psi: float, param_bytes: int = 4, optimizer_bytes: int = 8) -> float:
@@ -356,8 +387,7 @@ def checkpoint_bytes(psi: float, param_bytes: int = 4, optimizer_bytes: int = 8)
     return psi * (param_bytes + optimizer_bytes)
 
 
-def global_grad_norm(local_norms: Sequence[float], norm_type: float = 2.0,
-                     replicated_norm: float = 0.0) -> float:
+def global_grad_norm(local_norms: Sequence[float], norm_type: float = 2.0, replicated_norm: float = 0.0) -> float:
     """The norm of the whole gradient from each shard's local norm.
 
     For a p-norm, each rank raises the norm of its shard to the p-th power, the powers are summed
@@ -373,7 +403,7 @@ def global_grad_norm(local_norms: Sequence[float], norm_type: float = 2.0,
         return max(max(local_norms), replicated_norm)
     if norm_type <= 0:
         raise ValueError(f"norm_type must be positive or inf, got {norm_type!r}")
-    total = sum(x ** norm_type for x in local_norms) + replicated_norm ** norm_type
+    total = sum(x**norm_type for x in local_norms) + replicated_norm**norm_type
     return total ** (1 / norm_type)
 
 

@@ -58,8 +58,14 @@ class Collective:
         return self.count * za.ring_bytes_per_worker(self.buffer_bytes, self.group_size, self.op)
 
 
-def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 1,
-                     recipe_name: str = "mixed", reshard_after_forward: bool = True) -> list[Collective]:
+def step_collectives(
+    psi: float,
+    stage: int,
+    shard_degree: int,
+    replicas: int = 1,
+    recipe_name: str = "mixed",
+    reshard_after_forward: bool = True,
+) -> list[Collective]:
     """The collectives of one step at ZeRO ``stage``, sharded over ``shard_degree`` devices and,
     for HSDP, replicated over ``replicas`` groups (``replicas=1``: plain ZeRO over N devices)."""
     _check_psi(psi)
@@ -69,16 +75,21 @@ def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 
     rec = recipe(recipe_name)
     if stage == 0:
         if replicas != 1:
-            raise ValueError("DDP (stage 0) does not shard: give the world size as the shard "
-                             f"degree and replicas=1, not replicas={replicas}")
+            raise ValueError(
+                "DDP (stage 0) does not shard: give the world size as the shard "
+                f"degree and replicas=1, not replicas={replicas}"
+            )
         return [Collective("all-reduce", "gradients", "data", shard_degree, psi, rec.reduce_bytes)]
     group = "data" if replicas == 1 else "shard"
     gathers = 2 if stage == 3 and reshard_after_forward else 1
-    collectives = [Collective("reduce-scatter", "gradients", group, shard_degree, psi, rec.reduce_bytes),
-                   Collective("all-gather", "weights", group, shard_degree, psi, rec.param_bytes, gathers)]
+    collectives = [
+        Collective("reduce-scatter", "gradients", group, shard_degree, psi, rec.reduce_bytes),
+        Collective("all-gather", "weights", group, shard_degree, psi, rec.param_bytes, gathers),
+    ]
     if replicas > 1:
-        collectives.append(Collective("all-reduce", "gradients", "replica", replicas,
-                                      psi / shard_degree, rec.reduce_bytes))
+        collectives.append(
+            Collective("all-reduce", "gradients", "replica", replicas, psi / shard_degree, rec.reduce_bytes)
+        )
     return collectives
 
 
@@ -100,8 +111,9 @@ def traffic(collectives: Sequence[Collective]) -> StepTraffic:
     return StepTraffic(inside, across)
 
 
-def bytes_per_step(psi: float, stage: int, n_devices: int, recipe_name: str = "mixed",
-                   reshard_after_forward: bool = True) -> float:
+def bytes_per_step(
+    psi: float, stage: int, n_devices: int, recipe_name: str = "mixed", reshard_after_forward: bool = True
+) -> float:
     """Bytes one of ``n_devices`` sends per step at ``stage`` (plain ZeRO, no HSDP)."""
     return traffic(step_collectives(psi, stage, n_devices, 1, recipe_name, reshard_after_forward)).total
 
@@ -111,9 +123,15 @@ def padded(elements: int, parts: int) -> int:
     return parts * math.ceil(elements / parts)
 
 
-def unit_collectives(unit_sizes: Sequence[int], stage: int, n_devices: int, param_bytes: int,
-                     grad_bytes: int, reshard_after_forward: Sequence[bool] | None = None,
-                     pad: bool = True) -> list[Collective]:
+def unit_collectives(
+    unit_sizes: Sequence[int],
+    stage: int,
+    n_devices: int,
+    param_bytes: int,
+    grad_bytes: int,
+    reshard_after_forward: Sequence[bool] | None = None,
+    pad: bool = True,
+) -> list[Collective]:
     """A step's collectives unit by unit (each unit one bucket/FSDP unit of ``unit_sizes[i]``
     elements), each unit padded to a multiple of ``n_devices`` when ``pad``.
 

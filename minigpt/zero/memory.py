@@ -47,14 +47,24 @@ class Recipe:
 
 
 RECIPES = {
-    "mixed": Recipe("mixed", 2, 2, 12, 2,
-                    "fp16/bf16 weights and gradients; fp32 master weights, Adam m and v (K = 12): "
-                    "the ZeRO paper's recipe"),
-    "mixed-fp32-grads": Recipe("mixed-fp32-grads", 2, 2 + 4, 12, 4,
-                               "as mixed, plus an fp32 gradient-accumulation buffer (4 bytes), "
-                               "which is what is reduced (Megatron-LM's main_grad)"),
-    "fp32": Recipe("fp32", 4, 4, 8, 4,
-                   "fp32 weights and gradients, Adam m and v (no master copy): MiniGPT's own runs"),
+    "mixed": Recipe(
+        "mixed",
+        2,
+        2,
+        12,
+        2,
+        "fp16/bf16 weights and gradients; fp32 master weights, Adam m and v (K = 12): the ZeRO paper's recipe",
+    ),
+    "mixed-fp32-grads": Recipe(
+        "mixed-fp32-grads",
+        2,
+        2 + 4,
+        12,
+        4,
+        "as mixed, plus an fp32 gradient-accumulation buffer (4 bytes), "
+        "which is what is reduced (Megatron-LM's main_grad)",
+    ),
+    "fp32": Recipe("fp32", 4, 4, 8, 4, "fp32 weights and gradients, Adam m and v (no master copy): MiniGPT's own runs"),
 }
 
 
@@ -111,9 +121,15 @@ def working_buffer(stage: int, largest_layer: float, rec: Recipe) -> float:
     return 0.0
 
 
-def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mixed",
-                  largest_layer: float = 0, offload_optimizer: bool = False,
-                  offload_params: bool = False) -> DeviceMemory:
+def device_memory(
+    psi: float,
+    n_devices: int,
+    stage: int,
+    recipe_name: str = "mixed",
+    largest_layer: float = 0,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+) -> DeviceMemory:
     """Bytes of model state on one of ``n_devices`` at ZeRO ``stage``.
 
     Stage s shards the optimizer state (s >= 1), the gradients (s >= 2) and the weights (s = 3)
@@ -130,8 +146,7 @@ def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mi
     _check_stage(stage)
     rec = recipe(recipe_name)
     if offload_params and stage != 3:
-        raise ValueError(f"offloading the parameters needs stage 3 (they are sharded only there), "
-                         f"got stage {stage}")
+        raise ValueError(f"offloading the parameters needs stage 3 (they are sharded only there), got stage {stage}")
     n = n_devices
     params = rec.param_bytes * psi / (n if stage >= 3 else 1)
     grads = rec.grad_bytes * psi / (n if stage >= 2 else 1)
@@ -143,12 +158,14 @@ def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mi
             host_grads, grads = grads, 0.0
     if offload_params:
         host_params, params = params, 0.0
-    return DeviceMemory(params, grads, optimizer, working_buffer(stage, largest_layer, rec),
-                        host_params, host_grads, host_optimizer)
+    return DeviceMemory(
+        params, grads, optimizer, working_buffer(stage, largest_layer, rec), host_params, host_grads, host_optimizer
+    )
 
 
-def hsdp_memory(psi: float, shard_degree: int, replicas: int, stage: int = 3,
-                recipe_name: str = "mixed", largest_layer: float = 0) -> DeviceMemory:
+def hsdp_memory(
+    psi: float, shard_degree: int, replicas: int, stage: int = 3, recipe_name: str = "mixed", largest_layer: float = 0
+) -> DeviceMemory:
     """HSDP: ZeRO ``stage`` inside a shard group of ``shard_degree`` devices, the group replicated
     ``replicas`` times. Memory depends on the shard degree only: replicas add copies, not
     savings."""
@@ -161,8 +178,9 @@ def hsdp_memory(psi: float, shard_degree: int, replicas: int, stage: int = 3,
 RECOMPUTE = ("none", "full")
 
 
-def activation_bytes(layers: int, seq_len: int, micro_batch: int, hidden: int, heads: int,
-                     checkpointing: bool = False) -> float:
+def activation_bytes(
+    layers: int, seq_len: int, micro_batch: int, hidden: int, heads: int, checkpointing: bool = False
+) -> float:
     """Activation bytes of ``layers`` transformer layers for one micro-batch (16-bit activations).
 
     Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer Models",
@@ -197,10 +215,17 @@ class DeepSpeedEstimate:
     options: str  # the options as DeepSpeed prints them
 
 
-def deepspeed_estimate(stage: int, total_params: float, largest_layer_params: float = 0,
-                       gpus_per_node: int = 1, nodes: int = 1, offload_optimizer: bool = True,
-                       offload_params: bool = True, zero_init: bool = True,
-                       buffer_factor: float = 1.5) -> DeepSpeedEstimate:
+def deepspeed_estimate(
+    stage: int,
+    total_params: float,
+    largest_layer_params: float = 0,
+    gpus_per_node: int = 1,
+    nodes: int = 1,
+    offload_optimizer: bool = True,
+    offload_params: bool = True,
+    zero_init: bool = True,
+    buffer_factor: float = 1.5,
+) -> DeepSpeedEstimate:
     """What DeepSpeed's estimator of ``stage`` (2 or 3) answers for these inputs."""
     if stage not in DEEPSPEED_STAGES:
         raise ValueError(f"DeepSpeed estimates stages 2 and 3 only, got stage {stage!r}")
@@ -229,20 +254,32 @@ def deepspeed_estimate(stage: int, total_params: float, largest_layer_params: fl
     else:
         gpu = largest + int(18 * psi / total_gpus)
         cpu = (largest_layer_params if zero_init else psi) * 4 * g * buffer_factor
-    options = (f"offload_param={'cpu' if offload_params and offload_optimizer else 'none'}, "
-               f"offload_optimizer={'cpu' if offload_optimizer else 'none'}, zero_init={int(zero_init)}")
+    options = (
+        f"offload_param={'cpu' if offload_params and offload_optimizer else 'none'}, "
+        f"offload_optimizer={'cpu' if offload_optimizer else 'none'}, zero_init={int(zero_init)}"
+    )
     return DeepSpeedEstimate(int(cpu), int(gpu), options)
 
 
-def deepspeed_rows(stage: int, total_params: float, largest_layer_params: float = 0,
-                   gpus_per_node: int = 1, nodes: int = 1) -> list[DeepSpeedEstimate]:
+def deepspeed_rows(
+    stage: int, total_params: float, largest_layer_params: float = 0, gpus_per_node: int = 1, nodes: int = 1
+) -> list[DeepSpeedEstimate]:
     """Every option combination DeepSpeed's ``..._all_cold`` printer lists, in its order."""
     if stage == 2:
-        return [deepspeed_estimate(2, total_params, 0, gpus_per_node, nodes, offload)
-                for offload in (True, False)]
+        return [deepspeed_estimate(2, total_params, 0, gpus_per_node, nodes, offload) for offload in (True, False)]
     rows = []
     for offload_optimizer, offload_params in ((True, True), (True, False), (False, False)):
         for zero_init in (True, False):
-            rows.append(deepspeed_estimate(3, total_params, largest_layer_params, gpus_per_node,
-                                           nodes, offload_optimizer, offload_params, zero_init))
+            rows.append(
+                deepspeed_estimate(
+                    3,
+                    total_params,
+                    largest_layer_params,
+                    gpus_per_node,
+                    nodes,
+                    offload_optimizer,
+                    offload_params,
+                    zero_init,
+                )
+            )
     return rows

@@ -56,8 +56,8 @@ def init_units(spec: MLPSpec, seed: int = 0) -> list[np.ndarray]:
 
 def split(unit: np.ndarray, fan_in: int, fan_out: int) -> tuple[np.ndarray, np.ndarray]:
     """(W, b) views of a unit's flat vector (padding at the end, if any, is ignored)."""
-    w = unit[:fan_in * fan_out].reshape(fan_in, fan_out)
-    return w, unit[fan_in * fan_out:fan_in * fan_out + fan_out]
+    w = unit[: fan_in * fan_out].reshape(fan_in, fan_out)
+    return w, unit[fan_in * fan_out : fan_in * fan_out + fan_out]
 
 
 def forward_unit(x: np.ndarray, unit: np.ndarray, fan_in: int, fan_out: int, last: bool) -> np.ndarray:
@@ -67,8 +67,9 @@ def forward_unit(x: np.ndarray, unit: np.ndarray, fan_in: int, fan_out: int, las
     return z if last else np.tanh(z)
 
 
-def backward_unit(dy: np.ndarray, x: np.ndarray, y: np.ndarray, unit: np.ndarray, fan_in: int,
-                  fan_out: int, last: bool) -> tuple[np.ndarray, np.ndarray]:
+def backward_unit(
+    dy: np.ndarray, x: np.ndarray, y: np.ndarray, unit: np.ndarray, fan_in: int, fan_out: int, last: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """From dL/dy of a layer (its input x and output y kept from forward): dL/dx and the unit's
     flat gradient [dW.ravel(), db] (unpadded)."""
     w, _ = split(unit.astype(COMPUTE, copy=False), fan_in, fan_out)

@@ -45,8 +45,9 @@ def stage_order(schedule: str, stage: int, stages: int, micro_batches: int) -> l
     raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
-def simulate(schedule: str, stages: int, micro_batches: int, forward_time: float = 1.0,
-             backward_time: float = 2.0) -> list[Op]:
+def simulate(
+    schedule: str, stages: int, micro_batches: int, forward_time: float = 1.0, backward_time: float = 2.0
+) -> list[Op]:
     """Run the schedule: every operation starts when its stage is free and its input is ready."""
     for name, value in (("stages", stages), ("micro_batches", micro_batches)):
         if not isinstance(value, int) or value < 1:

@@ -95,8 +95,15 @@ class Worker:
 class Cluster:
     """N workers, the model's layout, the optimizer's settings, and the ring collectives."""
 
-    def __init__(self, n_workers: int, spec: mlp.MLPSpec, recipe_name: str = "fp32",
-                 lr: float = 1e-2, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8):
+    def __init__(
+        self,
+        n_workers: int,
+        spec: mlp.MLPSpec,
+        recipe_name: str = "fp32",
+        lr: float = 1e-2,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+    ):
         if not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
         self.n = n_workers
@@ -122,8 +129,13 @@ class Cluster:
         return range(len(self.padded))
 
     # --- the ring ------------------------------------------------------------------------------
-    def _exchange(self, buffers: list[np.ndarray], send_chunk: Callable[[int], int],
-                  combine: Callable[[np.ndarray, np.ndarray], None], unit: int) -> None:
+    def _exchange(
+        self,
+        buffers: list[np.ndarray],
+        send_chunk: Callable[[int], int],
+        combine: Callable[[np.ndarray, np.ndarray], None],
+        unit: int,
+    ) -> None:
         """Every worker sends one chunk to its right neighbour, at the same time."""
         outgoing = [buffers[r][self.chunk(unit, send_chunk(r) % self.n)].copy() for r in range(self.n)]
         for r in range(self.n):
@@ -139,8 +151,10 @@ class Cluster:
 
     def all_gather(self, buffers: list[np.ndarray], unit: int) -> None:
         """Ring all-gather: worker r brings chunk r; afterwards every worker has every chunk."""
+
         def store(dst: np.ndarray, src: np.ndarray) -> None:
             dst[...] = src
+
         for step in range(self.n - 1):
             self._exchange(buffers, lambda r, step=step: r - step, store, unit)
 
@@ -167,12 +181,13 @@ class Cluster:
         leaves dL/d input as the new ``dout``. Frees the unit's output activation."""
         fan_in, fan_out = self.spec.shapes[unit]
         last = unit == len(self.padded) - 1
-        dx, grad = mlp.backward_unit(w.get("dout"), w.get(f"act{unit}"), w.get(f"act{unit + 1}"),
-                                     weights, fan_in, fan_out, last)
+        dx, grad = mlp.backward_unit(
+            w.get("dout"), w.get(f"act{unit}"), w.get(f"act{unit + 1}"), weights, fan_in, fan_out, last
+        )
         w.drop(f"act{unit + 1}")
         w.hold("dout", "activations", dx)
         full = np.zeros(self.padded[unit], dtype=self.grad_dtype)
-        full[:grad.size] = grad
+        full[: grad.size] = grad
         return full
 
     def start(self, w: Worker, x: np.ndarray) -> None:
@@ -197,8 +212,7 @@ class Cluster:
         w.hold(f"m{unit}", "optimizer", np.zeros(part.size, np.float32))
         w.hold(f"v{unit}", "optimizer", np.zeros(part.size, np.float32))
 
-    def adam_update(self, w: Worker, unit: int, weights: np.ndarray, where: slice,
-                    grad: np.ndarray, step: int) -> None:
+    def adam_update(self, w: Worker, unit: int, weights: np.ndarray, where: slice, grad: np.ndarray, step: int) -> None:
         """Adam on ``weights[where]`` with its summed gradient ``grad``: elementwise, so a chunk
         updated alone gets exactly the bits it would get inside the whole vector."""
         b1, b2 = self.betas
@@ -209,7 +223,7 @@ class Cluster:
         v *= b2
         v += (1 - b2) * (g * g)
         t = step + 1
-        update = (self.lr / (1 - b1 ** t)) * m / (np.sqrt(v / (1 - b2 ** t)) + self.eps)
+        update = (self.lr / (1 - b1**t)) * m / (np.sqrt(v / (1 - b2**t)) + self.eps)
         if self.master:
             master = w.get(f"master{unit}")
             master -= update.astype(np.float32)
@@ -235,12 +249,11 @@ def _forward_whole(c: Cluster, xs, ys, rows: int) -> float:
     return total
 
 
-def setup_replicated(c: Cluster, units: list[np.ndarray], sharded_optimizer: bool,
-                     sharded_grads: bool = False) -> None:
+def setup_replicated(c: Cluster, units: list[np.ndarray], sharded_optimizer: bool, sharded_grads: bool = False) -> None:
     for w in c.workers:
         for u, init in enumerate(units):
             weights = np.zeros(c.padded[u], dtype=c.param_dtype)
-            weights[:init.size] = init
+            weights[: init.size] = init
             w.hold(f"weights{u}", "weights", weights)
             c.init_optimizer(w, u, weights, c.chunk(u, w.rank) if sharded_optimizer else slice(None))
             if sharded_grads:
@@ -251,7 +264,7 @@ def setup_sharded(c: Cluster, units: list[np.ndarray]) -> None:
     for w in c.workers:
         for u, init in enumerate(units):
             whole = np.zeros(c.padded[u], dtype=c.param_dtype)
-            whole[:init.size] = init
+            whole[: init.size] = init
             shard = whole[c.chunk(u, w.rank)].copy()
             w.hold(f"weights{u}", "weights", shard)
             c.init_optimizer(w, u, shard, slice(None))
@@ -387,9 +400,17 @@ class SimResult:
     workers_agree: bool = True  # at stages 0-2 every worker ends with the same whole weights
 
 
-def simulate(stage: int, n_workers: int, spec: mlp.MLPSpec = mlp.MLPSpec(), steps: int = 5,
-             recipe_name: str = "fp32", rows: int = 32, lr: float = 1e-2, seed: int = 0,
-             step_fn: StepFn | None = None) -> SimResult:
+def simulate(
+    stage: int,
+    n_workers: int,
+    spec: mlp.MLPSpec = mlp.MLPSpec(),
+    steps: int = 5,
+    recipe_name: str = "fp32",
+    rows: int = 32,
+    lr: float = 1e-2,
+    seed: int = 0,
+    step_fn: StepFn | None = None,
+) -> SimResult:
     """Train ``steps`` steps of Adam at ``stage`` on ``n_workers`` workers. ``step_fn`` replaces
     the stage's step (a learner's ZeRO-2, for instance)."""
     if stage not in STAGE_STEPS:
@@ -399,8 +420,10 @@ def simulate(stage: int, n_workers: int, spec: mlp.MLPSpec = mlp.MLPSpec(), step
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
     if not isinstance(rows, int) or rows < 1 or rows % n_workers:
-        raise ValueError(f"the global batch of {rows!r} rows cannot be split evenly over "
-                         f"{n_workers} workers; use a multiple of {n_workers}")
+        raise ValueError(
+            f"the global batch of {rows!r} rows cannot be split evenly over "
+            f"{n_workers} workers; use a multiple of {n_workers}"
+        )
     c = Cluster(n_workers, spec, recipe_name, lr)
     setup(c, stage, mlp.init_units(spec, seed))
     run = step_fn or STAGE_STEPS[stage]
@@ -411,12 +434,26 @@ def simulate(stage: int, n_workers: int, spec: mlp.MLPSpec = mlp.MLPSpec(), step
         for w in c.workers:
             w.timeline.clear()
         sent_before = [w.sent for w in c.workers]
-        losses.append(run(c, [x[r * per:(r + 1) * per] for r in range(n_workers)],
-                          [y[r * per:(r + 1) * per] for r in range(n_workers)], rows, step))
+        losses.append(
+            run(
+                c,
+                [x[r * per : (r + 1) * per] for r in range(n_workers)],
+                [y[r * per : (r + 1) * per] for r in range(n_workers)],
+                rows,
+                step,
+            )
+        )
     agree = stage == 3 or all(
-        all(np.array_equal(w.get(f"weights{u}"), c.workers[0].get(f"weights{u}")) for u in c.units)
-        for w in c.workers)
-    return SimResult(stage, n_workers, full_weights(c, stage), losses,
-                     [w.peak_model_state for w in c.workers], [w.peak_activations for w in c.workers],
-                     [w.sent - before for w, before in zip(c.workers, sent_before)],
-                     list(c.workers[0].timeline), agree)
+        all(np.array_equal(w.get(f"weights{u}"), c.workers[0].get(f"weights{u}")) for u in c.units) for w in c.workers
+    )
+    return SimResult(
+        stage,
+        n_workers,
+        full_weights(c, stage),
+        losses,
+        [w.peak_model_state for w in c.workers],
+        [w.peak_activations for w in c.workers],
+        [w.sent - before for w, before in zip(c.workers, sent_before)],
+        list(c.workers[0].timeline),
+        agree,
+    )

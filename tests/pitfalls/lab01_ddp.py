@@ -17,8 +17,9 @@ from minigpt.parallel.ddp import BucketedDDP as _Reference
 from minigpt.parallel.ring import COUNTER, ByteCounter, exchange, ring_position
 
 
-def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None,
-                    counter: ByteCounter | None = None) -> torch.Tensor:
+def ring_all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+) -> torch.Tensor:
     # Mistake: a "ring" that passes whole tensors. Each rank forwards what it last received and
     # adds it up; the sum is right, but every step moves all S elements: (N-1)*S bytes instead
     # of 2(N-1)/N*S. With 2 ranks the two costs are equal; from 3 ranks on it loses.

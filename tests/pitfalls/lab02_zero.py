@@ -22,9 +22,15 @@ from minigpt.zero.memory import DeviceMemory, recipe
 from minigpt.zero.simulate import Cluster, _forward_whole
 
 
-def device_memory(psi: float, n_devices: int, stage: int, recipe_name: str = "mixed",
-                  largest_layer: float = 0, offload_optimizer: bool = False,
-                  offload_params: bool = False) -> DeviceMemory:
+def device_memory(
+    psi: float,
+    n_devices: int,
+    stage: int,
+    recipe_name: str = "mixed",
+    largest_layer: float = 0,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+) -> DeviceMemory:
     if not psi > 0 or not isinstance(n_devices, int) or n_devices < 1 or stage not in (0, 1, 2, 3):
         raise ValueError("bad input")
     if offload_params and stage != 3:
@@ -59,8 +65,14 @@ def zero2_step(c: Cluster, xs: list, ys: list, rows: int, step: int) -> float:
     return loss
 
 
-def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 1,
-                     recipe_name: str = "mixed", reshard_after_forward: bool = True) -> list[Collective]:
+def step_collectives(
+    psi: float,
+    stage: int,
+    shard_degree: int,
+    replicas: int = 1,
+    recipe_name: str = "mixed",
+    reshard_after_forward: bool = True,
+) -> list[Collective]:
     rec = recipe(recipe_name)
     if stage == 0:
         if replicas != 1:
@@ -68,8 +80,10 @@ def step_collectives(psi: float, stage: int, shard_degree: int, replicas: int = 
         return [Collective("all-reduce", "gradients", "data", shard_degree, psi, rec.reduce_bytes)]
     group = "data" if replicas == 1 else "shard"
     gathers = 2 if stage == 3 and reshard_after_forward else 1
-    out = [Collective("reduce-scatter", "gradients", group, shard_degree, psi, rec.reduce_bytes),
-           Collective("all-gather", "weights", group, shard_degree, psi, rec.param_bytes, gathers)]
+    out = [
+        Collective("reduce-scatter", "gradients", group, shard_degree, psi, rec.reduce_bytes),
+        Collective("all-gather", "weights", group, shard_degree, psi, rec.param_bytes, gathers),
+    ]
     if replicas > 1:
         out.append(Collective("all-reduce", "gradients", "replica", replicas, psi, rec.reduce_bytes))
     return out
@@ -86,4 +100,3 @@ class ZeroOneOptimizer(_Reference):
         for flat in self.flat_params:
             ring.ring_all_gather(flat, self.process_group, self.counter)
         self._reduced = False
-
