@@ -3,7 +3,7 @@ PyTorch's DDP; a bucket-cap sweep; the timeline of one step.
 
     torchrun --nproc_per_node=2 lab/01_benchmark.py --out lab/results
 
-The code lives in minigpt/runners/lab01_benchmark.py.
+The run is minigpt/runners/lab01_benchmark.py; its tables and figure, minigpt/pages/lab01_benchmark.py.
 """
 
 import sys

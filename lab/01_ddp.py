@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --report out/lab01.json
 
-The code lives in minigpt/parallel/ (train_ddp.py, ddp.py, ring.py); see lab/01-ddp-from-scratch.md.
+The run is minigpt/runners/lab01_ddp.py; the DDP it trains with is minigpt/parallel/ddp.py (on
+minigpt/parallel/ring.py). See lab/01-ddp-from-scratch.md and CONTRIBUTING.md's layout table.
 """
 
 import sys

@@ -5,8 +5,8 @@
     python lab/03_fsdp_practice.py --load-resharded out/lab03-checkpoints     # the world-1 reload, again
     python lab/03_fsdp_practice.py --render lab/results/03-practice-cpu.json   # tables and figures, en + es
 
-The code is in minigpt/runners/lab03_fsdp_practice.py (and practice.py, sharded_state.py, memory.py,
-practice_tables.py); this file only starts it.
+The run is minigpt/runners/lab03_fsdp_practice.py; what it measures is minigpt/fsdp/ (practice.py,
+sharded_state.py, memory.py); its tables and figures, minigpt/pages/lab03_practice.py.
 """
 
 import sys

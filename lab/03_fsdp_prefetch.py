@@ -3,7 +3,8 @@ MiniGPT with every prefetch setting; trace, time and check each against one proc
 
     torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --trace-dir out/lab03
 
-The code lives in minigpt/fsdp/ (prefetch_lab.py, variants.py, trace.py, timeline.py).
+The run is minigpt/runners/lab03_fsdp_prefetch.py; what it runs and traces is minigpt/fsdp/
+(variants.py, trace.py); its tables and timelines, minigpt/pages/lab03_prefetch.py.
 """
 
 import sys

@@ -4,12 +4,12 @@ This module finds the lines; :mod:`minigpt.pages.lab03_reading` lays them out (f
 for the site) and ``python lab/03_fsdp_reading.py`` (:mod:`minigpt.runners.lab03_fsdp_reading`) is the
 command:
 
-    python lab/03_fsdp_reading.py                 # the whole reading, in English
-    python lab/03_fsdp_reading.py --lang es       # en español
+    python lab/03_fsdp_reading.py                  # the whole reading, in English
+    python lab/03_fsdp_reading.py --lang es        # en español
     python lab/03_fsdp_reading.py --section fsdp1-rate-limiter
     python lab/03_fsdp_reading.py --key fsdp2.unshard.pending
-    python lab/03_fsdp_reading.py --list          # sections and keys (does not import torch)
-    python lab/03_fsdp_reading.py --check         # is every anchor still where the notes say?
+    python lab/03_fsdp_reading.py --list           # sections and keys (does not import torch)
+    python lab/03_fsdp_reading.py --check          # is every anchor still where the notes say?
     python lab/03_fsdp_reading.py --markdown build/tables/fsdp-reading-en.md [--lang es]
 
 How a note finds its line. An :class:`~minigpt.fsdp.annotations.Annotation` names a module, a

@@ -1,10 +1,10 @@
 """Lab 02's ZeRO memory and communication model from the command line.
 
-    python lab/02_zero.py memory --params 7.5e9 --dp 64            # the ZeRO paper's model
+    python lab/02_zero.py memory --params 7.5e9 --dp 64             # the ZeRO paper's model
     python lab/02_zero.py memory --params 7e9 --nodes 4 --gpus-per-node 8 --hsdp
     python lab/02_zero.py memory --params 2851e6 --gpus-per-node 8 --largest-layer 32e6 --deepspeed
     python lab/02_zero.py comm --params 7.5e9 --dp 64 --recipe fp32
-    python lab/02_zero.py simulate --workers 4                      # the numpy simulation
+    python lab/02_zero.py simulate --workers 4                       # the numpy simulation
 
 A table by stage in human units (decimal: 1 GB = 10^9 bytes, as the ZeRO paper counts), or
 ``--json`` for exact bytes. Bad input (a size <= 0, a stage that does not exist, degrees that do

@@ -8,7 +8,7 @@
 Demonstrations (``--only``): wrap, mixed-precision, activation-checkpointing, checkpoint,
 clipping, diagnostics. Rank 0 prints a table for each. The code that measures lives in
 minigpt/fsdp/ (practice.py, sharded_state.py, memory.py); this file runs it, and
-practice_tables.py writes its tables and figures.
+minigpt/pages/lab03_practice.py draws its tables and figures.
 
 The checkpoint demonstration has two halves. The 2 ranks save a sharded checkpoint in
 ``--out-dir``; when they have left the process group, rank 0 starts a *new process*, a world of

@@ -1,11 +1,11 @@
 """Lab 03's annotated reading of PyTorch's FSDP prefetch code, from the command line.
 
-    python lab/03_fsdp_reading.py                 # the whole reading, in English
-    python lab/03_fsdp_reading.py --lang es       # en español
+    python lab/03_fsdp_reading.py                  # the whole reading, in English
+    python lab/03_fsdp_reading.py --lang es        # en español
     python lab/03_fsdp_reading.py --section fsdp1-rate-limiter
     python lab/03_fsdp_reading.py --key fsdp2.unshard.pending
-    python lab/03_fsdp_reading.py --list          # sections and keys (does not import torch)
-    python lab/03_fsdp_reading.py --check         # is every anchor still where the notes say?
+    python lab/03_fsdp_reading.py --list           # sections and keys (does not import torch)
+    python lab/03_fsdp_reading.py --check          # is every anchor still where the notes say?
     python lab/03_fsdp_reading.py --markdown build/tables/fsdp-reading-en.md [--lang es]
 
 The lines are found by :mod:`minigpt.fsdp.reading`, the notes are in ``minigpt/fsdp/notes/`` and

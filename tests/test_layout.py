@@ -1,0 +1,111 @@
+"""The package's rooms: named for what they hold, data flowing one way, and CONTRIBUTING.md true to
+the files.
+
+* no source folder is named like build output (``dist``, ``build``, ...), which tools skip;
+* mechanisms (``parallel``, ``zero``, ``fsdp``) never import a runner or a page module, page
+  modules never import a runner, and the core never imports any of them;
+* every lab script runs the runner named after it, and every runner has its script;
+* CONTRIBUTING.md's layout table names every script, runner and page module.
+
+No torch here: the imports are read from the source (``ast``), not executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "minigpt"
+OUTPUT_NAMES = {"dist", "build", "out", "site", "_build", "target", "wheelhouse", "htmlcov"}
+CORE = ("model", "grammar", "lexicon", "train", "tutor")
+ROOMS = {"parallel": "mechanisms", "zero": "mechanisms", "fsdp": "mechanisms", "runners": "runners", "pages": "pages"}
+
+
+def room_of(path: Path) -> str:
+    """core, mechanisms, runners, pages or shared (cli, impl) for a module of the package."""
+    parts = path.relative_to(PACKAGE).parts
+    if len(parts) > 1:
+        return ROOMS[parts[0]]
+    return "core" if path.stem in CORE else "shared"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every ``minigpt...`` module the file imports, at any depth (``from minigpt.pages import
+    lang`` counts as ``minigpt.pages.lang``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] == "minigpt"}
+
+
+def room_of_name(name: str) -> str | None:
+    parts = name.split(".")
+    if len(parts) < 2:
+        return None
+    if parts[1] in ROOMS:
+        return ROOMS[parts[1]]
+    return "core" if parts[1] in CORE else "shared" if parts[1] in ("cli", "impl") else None
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+FORBIDDEN = {
+    "core": {"mechanisms", "runners", "pages"},
+    "shared": {"mechanisms", "runners", "pages"},
+    "mechanisms": {"runners", "pages"},
+    "pages": {"runners"},
+    "runners": set(),
+}
+
+
+def test_no_source_folder_is_named_like_build_output():
+    files = [p for top in ("minigpt", "lab", "tests", "notebooks") for p in (ROOT / top).rglob("*") if p.is_file()]
+    folders = {folder for p in files if "__pycache__" not in p.parts for folder in p.relative_to(ROOT).parents}
+    named = sorted(str(f) for f in folders if f.name in OUTPUT_NAMES)
+    assert named == [], f"source folders named like build output (tools skip them): {named}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_data_flows_one_way(path):
+    room = room_of(path)
+    wrong = sorted(name for name in imported_modules(path) if room_of_name(name) in FORBIDDEN[room])
+    assert wrong == [], f"{path.relative_to(ROOT)} ({room}) imports {wrong}: {room} may not import {FORBIDDEN[room]}"
+
+
+def lab_scripts() -> dict[str, Path]:
+    """``lab01_ddp`` -> ``lab/01_ddp.py`` for every lab script."""
+    return {f"lab{p.stem}": p for p in sorted((ROOT / "lab").glob("[0-9][0-9]_*.py"))}
+
+
+def test_every_lab_script_runs_the_runner_named_after_it():
+    scripts = lab_scripts()
+    runners = {p.stem for p in (PACKAGE / "runners").glob("lab*.py")}
+    assert set(scripts) == runners, (
+        f"scripts without a runner: {set(scripts) - runners}; runners without a script: {runners - set(scripts)}"
+    )
+    for name, script in scripts.items():
+        imports = imported_modules(script)
+        assert imports == {f"minigpt.runners.{name}", f"minigpt.runners.{name}.main"}, (
+            f"{script.relative_to(ROOT)} should only import main from minigpt.runners.{name}, imports {imports}"
+        )
+
+
+def test_contributing_names_every_script_runner_and_page_module():
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    table = text[text.index("## Where each lab lives") : text.index("## The package, room by room")]
+    named = set(re.findall(r"`([\w./]+\.py)`", table))
+    scripts = {p.name for p in lab_scripts().values()}
+    runners = {p.name for p in (PACKAGE / "runners").glob("lab*.py")}
+    pages = {p.name for p in (PACKAGE / "pages").glob("*.py")} - {"__init__.py", "__main__.py", "lang.py"}
+    for kind, files in (("lab script", scripts), ("runner", runners), ("page module", pages)):
+        missing = sorted(files - named)
+        assert missing == [], f"CONTRIBUTING.md's table does not name the {kind}s {missing}"
+    for path in re.findall(r"`(minigpt/[\w/]+\.py)`", table):
+        assert (ROOT / path).is_file(), f"CONTRIBUTING.md names {path}, which does not exist"
