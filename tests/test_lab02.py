@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minigpt.zero import analytic as za
-from minigpt.zero import comm, memory, mlp, simulate
+from minigpt.zero import analytic as za, comm, memory, mlp, simulate
 
 pytestmark = pytest.mark.lab("02")
 

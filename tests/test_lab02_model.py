@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minigpt.zero import analytic as za
-from minigpt.zero import comm, memory, mlp, simulate
+from minigpt.zero import analytic as za, comm, memory, mlp, simulate
 from tests.limits import limit
 
 GIB = 2**30

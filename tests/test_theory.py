@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.zero import analytic as za
-from minigpt.zero import pipeline
+from minigpt.zero import analytic as za, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 THEORY = ROOT / "theory"

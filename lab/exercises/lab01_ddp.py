@@ -32,8 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.parallel.ddp import Bucket, _Pending  # noqa: F401
-from minigpt.parallel.ddp import BucketedDDP as _Scaffold
+from minigpt.parallel.ddp import Bucket, BucketedDDP as _Scaffold, _Pending  # noqa: F401
 from minigpt.parallel.ring import COUNTER, ByteCounter, chunk_bounds, exchange, ring_position  # noqa: F401
 
 

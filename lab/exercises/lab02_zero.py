@@ -31,8 +31,7 @@ import torch
 from torch import nn
 
 from minigpt.parallel import ring  # noqa: F401
-from minigpt.parallel.zero1 import FlatGroup  # noqa: F401
-from minigpt.parallel.zero1 import ZeroOneOptimizer as _Scaffold
+from minigpt.parallel.zero1 import FlatGroup, ZeroOneOptimizer as _Scaffold  # noqa: F401
 from minigpt.zero.comm import Collective  # noqa: F401
 from minigpt.zero.memory import DeviceMemory, Recipe, recipe, working_buffer  # noqa: F401
 from minigpt.zero.simulate import Cluster, _forward_whole  # noqa: F401

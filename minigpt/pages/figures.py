@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minigpt.pages.lang import pct, tr
-from minigpt.zero import analytic as za
-from minigpt.zero import pipeline
+from minigpt.zero import analytic as za, pipeline
 
 
 def _pyplot():

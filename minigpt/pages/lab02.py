@@ -8,8 +8,7 @@ comes from :mod:`minigpt.zero` (numpy only).
 from __future__ import annotations
 
 from minigpt.pages.lang import localize, num, tr
-from minigpt.zero import analytic as za
-from minigpt.zero import comm, memory, mlp, simulate
+from minigpt.zero import analytic as za, comm, memory, mlp, simulate
 
 PAPER_MODELS = (7.5e9, 128e9, 1e12)
 PAPER_NS = (1, 4, 16, 64, 256, 1024)

@@ -17,8 +17,7 @@ import argparse
 import json
 import sys
 
-from minigpt.zero import analytic as za
-from minigpt.zero import comm, memory
+from minigpt.zero import analytic as za, comm, memory
 
 PROG = "lab/02_zero.py"
 

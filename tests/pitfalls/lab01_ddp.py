@@ -12,8 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.parallel.ddp import Bucket, _Pending, assign_buckets  # noqa: F401
-from minigpt.parallel.ddp import BucketedDDP as _Reference
+from minigpt.parallel.ddp import Bucket, BucketedDDP as _Reference, _Pending, assign_buckets  # noqa: F401
 from minigpt.parallel.ring import COUNTER, ByteCounter, exchange, ring_position
 
 

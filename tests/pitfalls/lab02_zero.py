@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from minigpt.parallel import ring
-from minigpt.parallel.zero1 import ZeroOneOptimizer as _Reference  # noqa: F401
+from minigpt.parallel.zero1 import ZeroOneOptimizer as _Reference, trainable_parameters  # noqa: F401
 from minigpt.zero.comm import Collective
 from minigpt.zero.memory import DeviceMemory, recipe
 from minigpt.zero.simulate import Cluster, _forward_whole
