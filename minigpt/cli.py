@@ -12,20 +12,40 @@ worker's ``TORCHELASTIC_ERROR_FILE``), and torchrun prints its content as the "t
 "Root Cause" at the bottom of its failure report. So the last lines a learner sees are ours, not
 an empty "To enable traceback see: ..." under torchrun's own traceback.
 
-Paths: :func:`output_file` and :func:`output_dir` check a path the script will write, without
-writing anything; :func:`make_parents` creates the missing folders when the work starts. A missing
-parent folder is created (as users expect); a path under a regular file, an existing folder
-where a file is wanted (or a file where a folder is wanted), and a folder this process may not
-write into are refused.
+Every rank checks *every* argument, the paths rank 0 alone will write included: a value refused
+on one rank only would leave the others waiting for it in the rendezvous, then killed by torchrun
+without a word.
+
+What is checked, and where it is defined once for every script:
+
+* **numbers** (:class:`Number`, with the common rules :data:`POSITIVE_INT`, :data:`SEED`,
+  :data:`POSITIVE`, :data:`FRACTION`, :data:`SECONDS`, ...): the ``type=`` of an argparse option
+  (text in, value out) and :meth:`Number.check` for a value that came another way (a config). Every
+  number must be finite: ``nan`` and ``inf`` are refused, never silently compared;
+* **argparse's own errors** (an unknown option, a choice not offered, a missing value): the
+  :class:`ArgumentParser` of this module prints them as the same one line, not argparse's usage block;
+* **the world size** (:func:`divisible_by_world`, :func:`need_world_size`);
+* **the launcher's environment** (:func:`launcher_env`: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+  ``MASTER_ADDR``, ``MASTER_PORT``), read by :func:`minigpt.parallel.launch.torchrun_env` before
+  any process group exists;
+* **paths**: :func:`output_file` and :func:`output_dir` check a path the script will write, without
+  writing anything; :func:`make_parents` creates the missing folders when the work starts. A missing
+  parent folder is created (as users expect); a path under a regular file, an existing folder
+  where a file is wanted (or a file where a folder is wanted), and a folder this process may not
+  write into are refused. :func:`input_file` and :func:`input_dir` check what a script reads.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
+import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # the --help epilog of every script started with torchrun
@@ -38,24 +58,38 @@ TORCHRUN_EPILOG = (
 )
 
 
+PEERS_GRACE_S = 2.0  # under torchrun, how long a refusing rank waits for its peers to say it too
+
+
 class BadInput(ValueError):
     """A value an entry point cannot work with; ``str(exc)`` is the line to print after
     ``prog: error:``, naming the value and what would be valid."""
 
 
 def rank_prefix() -> str:
-    """``"[rank r] "`` under a launcher that set ``RANK``, else ``""`` (a plain ``python`` run)."""
-    rank = os.environ.get("RANK")
-    return f"[rank {rank}] " if rank is not None and rank.strip() else ""
+    """``"[rank r] "`` under a launcher that set ``RANK`` to a rank, else ``""`` (a plain ``python``
+    run, or a ``RANK`` that is no rank: :func:`launcher_env` says so)."""
+    rank = os.environ.get("RANK", "").strip()
+    return f"[rank {rank}] " if rank.isdigit() else ""
 
 
 def refuse(prog: str, message: str) -> int:
     """Print ``prog: error: message`` on stderr (with this rank under torchrun), hand the same line
     to torchrun's failure report, and return the exit status 2 for ``main`` to return."""
+    return stop(prog, message, 2)
+
+
+def stop(prog: str, message: str, code: int = 1) -> int:
+    """:func:`refuse`'s one line for a run that fails after it started (a diverged training:
+    ``code`` 1); returns ``code``."""
     line = f"{rank_prefix()}{prog}: error: {message}"
     print(line, file=sys.stderr, flush=True)
     tell_torchrun(line)
-    return 2
+    if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("WORLD_SIZE", "1").strip() not in ("0", "1"):
+        # torchrun stops every worker as soon as one exits; the others, checking the same values a
+        # moment later, would be killed before they print their own line
+        time.sleep(PEERS_GRACE_S)
+    return code
 
 
 def tell_torchrun(line: str) -> None:
@@ -71,6 +105,225 @@ def tell_torchrun(line: str) -> None:
         Path(path).write_text(json.dumps(data))
     except OSError:
         pass  # the report is a courtesy: the line is already on stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# argparse, refusing our way
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors (an unknown option, a choice not offered, a value
+    a ``type=`` refused, a missing argument) are refused like every other bad input: one line
+    ``[rank r] NAME: error: --option VALUE: why``, torchrun's error file, exit 2; argparse would
+    print its usage block first, without the rank. ``name`` is the script as the line names it
+    (``lab/01_ddp.py``), where ``prog`` is how ``--help`` shows the command
+    (``torchrun --nproc_per_node=N lab/01_ddp.py``); it defaults to ``prog``. Subcommands' parsers
+    (``add_subparsers().add_parser``) are of this class too."""
+
+    def __init__(self, *args, name: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.name = name or self.prog
+
+    def error(self, message: str):
+        raise SystemExit(refuse(self.name, argparse_message(message)))
+
+
+def argparse_message(message: str) -> str:
+    """argparse's ``argument --x: ...`` rewritten as ``--x VALUE: why; what is valid``."""
+    found = re.fullmatch(r"argument ([^:]+): (.*)", message, flags=re.DOTALL)
+    if not found:
+        return message  # "unrecognized arguments: ...", "the following arguments are required: ..."
+    flag, rest = found.group(1).split("/")[-1], found.group(2)
+    choice = re.fullmatch(r"invalid choice: '(.*)' \(choose from (.*)\)", rest, flags=re.DOTALL)
+    if choice:
+        return f"{flag} {choice.group(1)}: not a choice; choose from {choice.group(2).replace(chr(39), '')}"
+    kind = re.fullmatch(r"invalid (\w+) value: '(.*)'", rest, flags=re.DOTALL)
+    if kind:
+        return f"{flag} {kind.group(2)}: not a valid {kind.group(1)}"
+    return f"{flag} {rest}"  # a Number's refusal starts with the value: "--seed -1: out of range; ..."
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers
+
+
+@dataclass(frozen=True)
+class Number:
+    """The rule of a numeric option, defined once: an integer or a float, finite, within
+    ``low``..``high`` (either end excluded when ``low_open`` / ``high_open``).
+
+    * as argparse's ``type=`` it turns the text into the value or refuses it
+      (``--seed -1: out of range; give an integer in 0..4294967295``);
+    * :meth:`check` refuses a value that did not come from the command line (a config) the same way.
+
+    ``unit`` is said with the range ("a positive number of seconds"), ``note`` after it
+    ("0 turns clipping off").
+    """
+
+    kind: type = float
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    unit: str = ""
+    note: str = ""
+
+    def describe(self) -> str:
+        """What is valid, in words: "a positive integer", "a number in [0, 1)", ..."""
+        is_int = self.kind is int
+        noun, unit = ("an integer" if is_int else "a number"), (f" of {self.unit}" if self.unit else "")
+        low, low_open, high, high_open = self.low, self.low_open, self.high, self.high_open
+        if is_int:  # integers: closed ends
+            low, low_open = (None if low is None else math.floor(low) + 1 if low_open else math.ceil(low)), False
+            high, high_open = (None if high is None else math.ceil(high) - 1 if high_open else math.floor(high)), False
+        positive = low == 0 and low_open or (is_int and low == 1)
+        if low is not None and high is not None:
+            if is_int:
+                text = f"an integer{unit} in {low}..{high}"
+            elif positive:
+                text = f"a positive number{unit} {'below' if high_open else 'up to'} {high:g}"
+            else:
+                text = f"a number{unit} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        elif low is not None:
+            if positive:
+                text = f"a positive {'integer' if is_int else 'number'}{unit}"
+            else:
+                text = f"{noun}{unit} {'>' if low_open else '>='} {low:g}"
+        elif high is not None:
+            text = f"{noun}{unit} {'<' if high_open else '<='} {high:g}"
+        else:
+            text = f"a finite {'integer' if is_int else 'number'}{unit}"
+        return f"{text} ({self.note})" if self.note else text
+
+    def problem(self, value) -> str | None:
+        """Why ``value`` is refused ("not finite", "negative", ...), or None if it is valid."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"not {'an integer' if self.kind is int else 'a number'}"
+        if self.kind is int and not float(value).is_integer():
+            return "not an integer"
+        if math.isnan(value):
+            return "not a number"
+        if math.isinf(value):
+            return "not finite"
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            if value < 0 <= self.low:
+                return "negative"
+            return "zero" if value == 0 else "too small"
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return "too large"
+        return None
+
+    def parse(self, text: str):
+        """The value of ``text`` (int or float), or :class:`BadInput` with the line's end."""
+        try:
+            value = int(text) if self.kind is int else float(text)
+        except (TypeError, ValueError):
+            try:  # an integer written as a float ("2.5", "1e3") is not an integer; "abc" is not a number
+                float(text)
+                why = "not an integer"
+            except (TypeError, ValueError):
+                why = "not an integer" if self.kind is int else "not a number"
+            raise BadInput(f"{text}: {why}; give {self.describe()}") from None
+        why = self.problem(value)
+        if why:
+            raise BadInput(f"{text}: {why}; give {self.describe()}")
+        return value
+
+    def __call__(self, text: str):
+        """argparse's ``type=``: :meth:`parse`, its refusal as argparse's error."""
+        try:
+            return self.parse(text)
+        except BadInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    def check(self, flag: str, value):
+        """``value`` if it is valid, else :class:`BadInput` ``"--flag VALUE: why; give ..."``."""
+        why = self.problem(value)
+        if why:
+            raise BadInput(f"{flag} {value}: {why}; give {self.describe()}")
+        return value
+
+
+POSITIVE_INT = Number(int, low=1)
+NON_NEGATIVE_INT = Number(int, low=0)
+SEED = Number(int, low=0, high=2**32 - 1)  # what numpy's generators accept, and torch's
+POSITIVE = Number(float, low=0, low_open=True)
+NON_NEGATIVE = Number(float, low=0)
+FRACTION = Number(float, low=0, high=1, high_open=True)  # [0, 1): dropout, momentum
+# a collective's or a subprocess's time limit: finite (a timedelta of inf overflows), at most ~11 days
+SECONDS = Number(float, low=0, high=1e6, low_open=True, unit="seconds")
+MIB = Number(float, low=0, high=1e6, low_open=True, unit="MiB")  # a bucket cap, up to ~1 TB
+
+
+# ----------------------------------------------------------------------------------------------
+# The world size and the launcher's environment
+
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def divisible_by_world(flag: str | None, value: int, world_size: int, what: str = "the global batch") -> None:
+    """Refuse ``value`` rows that cannot be cut evenly over ``world_size`` ranks. ``flag`` names the
+    option that set it; None when the script fixes it, and then the world size is what to change."""
+    if value % world_size == 0:
+        return
+    if flag:
+        raise BadInput(
+            f"{flag} {value} is not divisible by the world size {world_size}; use a multiple of {world_size}"
+        )
+    divisors = ", ".join(str(d) for d in range(1, min(value, 16) + 1) if value % d == 0)
+    raise BadInput(
+        f"WORLD_SIZE={world_size}: {what} of {value} is not divisible by the world size {world_size}; "
+        f"use a world size that divides {value} ({divisors}, ...)"
+    )
+
+
+def need_world_size(world_size: int, least: int, why: str) -> None:
+    """Refuse a world smaller than ``least`` ranks (a plain ``python`` start is a world of one)."""
+    if world_size < least:
+        given = f"WORLD_SIZE={world_size}" if "WORLD_SIZE" in os.environ else "world size 1 (a plain python start)"
+        raise BadInput(f"{given}: {why}; start it with torchrun --nproc_per_node={max(least, 2)} (or more)")
+
+
+def _env_int(name: str, low: int, high: int | None, valid: str, environ) -> int:
+    text = environ[name]
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise BadInput(f"{name}={text}: not an integer; {valid}") from None
+    if value < low:
+        raise BadInput(f"{name}={text}: below {low}; {valid}")
+    if high is not None and value > high:
+        raise BadInput(f"{name}={text}: above {high}; {valid}")
+    return value
+
+
+def launcher_env(environ=None) -> tuple[int, int, int]:
+    """``(rank, local_rank, world_size)`` from the launcher's environment, every variable checked
+    before any process group exists; ``(0, 0, 1)`` when none is set (a plain ``python`` start).
+
+    ``WORLD_SIZE`` is a positive integer, ``RANK`` and ``LOCAL_RANK`` are in ``0..WORLD_SIZE-1``,
+    ``MASTER_PORT`` (when set) is a port in 1..65535 and ``MASTER_ADDR`` (when set) is not empty.
+    :class:`BadInput` names the variable and its value otherwise."""
+    environ = os.environ if environ is None else environ
+    present = [n for n in LAUNCHER_VARIABLES if n in environ]
+    if not present:
+        return 0, 0, 1
+    missing = [n for n in LAUNCHER_VARIABLES if n not in environ]
+    if missing:
+        raise BadInput(f"{', '.join(present)} set but {', '.join(missing)} missing: start the script with torchrun")
+    started = "torchrun sets it; unset RANK, LOCAL_RANK and WORLD_SIZE to run as one process"
+    world_size = _env_int("WORLD_SIZE", 1, None, f"the number of processes is a positive integer ({started})", environ)
+    ranks = f"the ranks of a world of {world_size} are 0..{world_size - 1} ({started})"
+    rank = _env_int("RANK", 0, world_size - 1, ranks, environ)
+    local_rank = _env_int("LOCAL_RANK", 0, world_size - 1, ranks, environ)
+    if "MASTER_PORT" in environ:
+        _env_int("MASTER_PORT", 1, 65535, "give a port in 1..65535, e.g. torchrun --master_port=29500", environ)
+    if "MASTER_ADDR" in environ and not environ["MASTER_ADDR"].strip():
+        raise BadInput(
+            f"MASTER_ADDR={environ['MASTER_ADDR']!r}: empty; give the host name or address of rank 0's machine, "
+            f"e.g. 127.0.0.1"
+        )
+    return rank, local_rank, world_size
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,6 +386,35 @@ def input_file(value: str | os.PathLike, flag: str) -> Path:
         raise BadInput(f"{flag} {value}: no such file")
     if not path.is_file():
         raise BadInput(f"{flag} {value}: is a folder, not a file")
+    return path
+
+
+def input_json(value: str | os.PathLike, flag: str, keys: tuple[str, ...], example: str) -> Path:
+    """Check a results file a script will read (``--render``): an existing file holding a JSON
+    object with ``keys`` (what a result of this script has); ``example`` names a valid one."""
+    path = input_file(value, flag)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BadInput(
+            f"{flag} {value}: not a JSON file ({why}); give a result of this script, e.g. {example}"
+        ) from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise BadInput(
+            f"{flag} {value}: not a result of this script (no {', '.join(map(repr, missing))}); give e.g. {example}"
+        )
+    return path
+
+
+def input_dir(value: str | os.PathLike, flag: str) -> Path:
+    """Check a folder a script will read: it must exist and be a folder."""
+    path = Path(value)
+    if not path.exists():
+        raise BadInput(f"{flag} {value}: no such folder")
+    if not path.is_dir():
+        raise BadInput(f"{flag} {value}: is a file, not a folder")
     return path
 
 

@@ -78,36 +78,65 @@ OPTIMIZERS = ("adamw", "sgd")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+# every field's rule, defined once: argparse's type= here and in the lab scripts, and validate()
+RULES: dict[str, cli.Number] = {
+    "steps": cli.POSITIVE_INT,
+    "batch_size": cli.POSITIVE_INT,
+    "accum": cli.POSITIVE_INT,
+    "lr": cli.POSITIVE,
+    "min_lr": cli.NON_NEGATIVE,
+    "warmup": cli.NON_NEGATIVE_INT,
+    "weight_decay": cli.NON_NEGATIVE,
+    "momentum": cli.FRACTION,
+    "grad_clip": cli.Number(float, low=0, note="0 turns clipping off"),
+    "eval_every": cli.Number(int, low=0, note="0 evaluates only at the end"),
+    "eval_sentences": cli.POSITIVE_INT,
+    "seed": cli.SEED,
+    "n_layer": cli.POSITIVE_INT,
+    "n_head": cli.POSITIVE_INT,
+    "n_embd": cli.POSITIVE_INT,
+    "block_size": cli.POSITIVE_INT,
+    "dropout": cli.FRACTION,
+}
+
+
+def flag(name: str) -> str:
+    """The command-line option of a TrainConfig field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
 def validate(cfg: TrainConfig) -> None:
-    """Raise ValueError naming the first value that cannot work, and what would."""
-    positive = ["steps", "batch_size", "accum", "eval_sentences", "n_layer", "n_head", "n_embd", "block_size"]
-    for name in positive:
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(cfg, name)}")
+    """Raise :class:`minigpt.cli.BadInput` (a ValueError) naming the first value that cannot
+    work, and what would: each field by its rule (:data:`RULES`), then the fields together."""
+    for name, rule in RULES.items():
+        rule.check(flag(name), getattr(cfg, name))
     if cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        raise cli.BadInput(f"--optimizer {cfg.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
     if cfg.dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {cfg.dtype!r}; choose one of {', '.join(DTYPES)}")
+        raise cli.BadInput(f"--dtype {cfg.dtype}: unknown; choose from {', '.join(DTYPES)}")
     if cfg.batch_size % cfg.accum:
-        raise ValueError(
+        raise cli.BadInput(
             f"--batch-size {cfg.batch_size} is not divisible by --accum {cfg.accum}; "
             f"the batch is cut into {cfg.accum} equal micro-batches"
         )
-    if not cfg.lr > 0 or not 0 <= cfg.min_lr <= cfg.lr:
-        raise ValueError(f"need --lr > 0 and 0 <= --min-lr <= --lr, got lr={cfg.lr}, min_lr={cfg.min_lr}")
-    if not 0 <= cfg.warmup < cfg.steps:
-        raise ValueError(f"--warmup must be in 0..{cfg.steps - 1} (less than --steps), got {cfg.warmup}")
-    for name in ("weight_decay", "grad_clip", "eval_every"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
-    if not 0 <= cfg.dropout < 1:
-        raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")
-    if not 0 <= cfg.momentum < 1:
-        raise ValueError(f"--momentum must be in [0, 1), got {cfg.momentum}")
+    largest = torch.finfo(DTYPES[cfg.dtype]).max  # the optimizer adds lr into tensors of this dtype
+    if cfg.lr > largest:
+        raise cli.BadInput(
+            f"--lr {cfg.lr:g}: too large for --dtype {cfg.dtype}, whose largest number is {largest:.3g}; "
+            f"give a smaller learning rate (the default is 0.003)"
+        )
+    if cfg.min_lr > cfg.lr:
+        raise cli.BadInput(f"--min-lr {cfg.min_lr:g}: above --lr {cfg.lr:g}; give a --min-lr in [0, {cfg.lr:g}]")
+    if cfg.warmup >= cfg.steps:
+        raise cli.BadInput(
+            f"--warmup {cfg.warmup}: not less than --steps {cfg.steps}; give a warm-up in 0..{cfg.steps - 1}"
+        )
     if cfg.n_embd % cfg.n_head:
-        raise ValueError(f"--n-embd {cfg.n_embd} is not divisible by --n-head {cfg.n_head}")
+        raise cli.BadInput(f"--n-embd {cfg.n_embd} is not divisible by --n-head {cfg.n_head}")
     if cfg.block_size < 18:
-        raise ValueError(f"--block-size {cfg.block_size} is too short: the longest example needs 18 tokens")
+        raise cli.BadInput(
+            f"--block-size {cfg.block_size}: too short; the longest example needs 18 tokens, give 18 or more"
+        )
 
 
 def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> float:
@@ -241,15 +270,15 @@ def model_from_checkpoint(state: dict) -> MiniGPT:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog="python -m minigpt.train",
+        name="minigpt.train",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
         kwargs = {
-            "type": type(getattr(defaults, f.name)),
+            "type": RULES.get(f.name, type(getattr(defaults, f.name))),
             "default": None,
             "help": f"(default {getattr(defaults, f.name)})",
         }
@@ -257,7 +286,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             kwargs["choices"] = OPTIMIZERS
         if f.name == "dtype":
             kwargs["choices"] = tuple(DTYPES)
-        p.add_argument(flag, **kwargs)
+        p.add_argument(flag(f.name), **kwargs)
     p.add_argument(
         "--out",
         help=f"checkpoint written at every evaluation and at the end "
@@ -267,7 +296,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint (its settings are reused)"
     )
     p.add_argument(
-        "--stop-at", type=int, metavar="STEP", help="stop after this many steps (the schedule still spans --steps)"
+        "--stop-at",
+        type=cli.POSITIVE_INT,
+        metavar="STEP",
+        help="stop after this many steps (the schedule still spans --steps)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -278,10 +310,20 @@ def fail(message: str, prog: str = "minigpt.train") -> None:
     raise SystemExit(cli.refuse(prog, message))
 
 
+def missing_checkpoint(option: str, path: str) -> None:
+    """Refuse a checkpoint option (``--resume``, the tutor's ``--checkpoint``) naming no file, before
+    anything is read: :class:`minigpt.cli.BadInput` naming the option and the path."""
+    if not Path(path).is_file():
+        raise cli.BadInput(
+            f"{option} {path}: no checkpoint at {path}; train one with: python -m minigpt.train --out {path}"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, dict | None]:
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     if args.resume is None:
         return TrainConfig(**given), None
+    missing_checkpoint("--resume", args.resume)
     state = load_checkpoint(args.resume)
     cfg = TrainConfig(**state["train_config"])
     for name, value in given.items():
@@ -329,17 +371,17 @@ def main(argv: list[str] | None = None) -> dict:
         f"{cfg.optimizer} lr {cfg.lr:g} | steps {start}->{end} of {cfg.steps} | seed {cfg.seed}"
     )
     model.train()
+    from minigpt.divergence import Diverged, Watch
+
+    watch = Watch(model, cfg, optimizer)  # nan or inf: the step, the value, the setting to look at
     bar = tqdm(range(start, end), desc="train", disable=args.quiet, dynamic_ncols=True, file=sys.stdout)
     for step in bar:
         loss = train_step(model, optimizer, step, cfg)
-        if not math.isfinite(loss):
+        try:
+            watch.after_step(step, loss)
+        except Diverged as exc:
             bar.close()
-            print(
-                f"minigpt.train: error: the loss is {loss} at step {step}: training diverged; "
-                f"try a smaller --lr (now {cfg.lr:g})",
-                file=sys.stderr,
-            )
-            raise SystemExit(1)
+            raise SystemExit(cli.stop("minigpt.train", str(exc))) from None
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps):.2e}")
         done = step + 1
         if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:

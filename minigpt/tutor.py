@@ -8,11 +8,10 @@ the word, not a guess.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from minigpt import grammar
-from minigpt.train import DEFAULT_CHECKPOINT, fail, load_checkpoint, model_from_checkpoint
+from minigpt import cli, grammar
+from minigpt.train import DEFAULT_CHECKPOINT, fail, load_checkpoint, missing_checkpoint, model_from_checkpoint
 
 
 def correct(model, sentence: str) -> str:
@@ -42,12 +41,13 @@ def describe_change(before: str, after: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    p = argparse.ArgumentParser(prog="python -m minigpt.tutor", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m minigpt.tutor", name="minigpt.tutor", description=__doc__.split("\n")[0])
     p.add_argument("sentences", nargs="+", metavar="SENTENCE", help="one sentence per argument (quote it)")
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help=f"(default {DEFAULT_CHECKPOINT})")
     args = p.parse_args(argv)
     try:
         normalised = [grammar.decode(grammar.encode(s)) for s in args.sentences]
+        missing_checkpoint("--checkpoint", args.checkpoint)
         model = model_from_checkpoint(load_checkpoint(args.checkpoint))
         model.eval()
         answers = []

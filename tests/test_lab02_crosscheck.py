@@ -96,7 +96,7 @@ def test_every_step_matches_one_process(report):
 
 def test_bad_input_exits_2_before_any_process_group():
     for args, message in [
-        (["--steps", "0"], "--steps must be at least 1, got 0"),
+        (["--steps", "0"], "--steps 0: zero; give a positive integer"),
         (["--variants", "ddp,zero9"], "unknown variant 'zero9'"),
     ]:
         proc = subprocess.run(

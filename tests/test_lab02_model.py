@@ -141,10 +141,10 @@ def test_cli_memory_and_comm_json_give_exact_bytes():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["memory", "--params", "-1", "--dp", "4"], "--params must be positive, got -1"),
-        (["memory", "--params", "0", "--dp", "4"], "--params must be positive, got 0"),
-        (["memory", "--params", "1e9", "--dp", "4", "--stage", "5"], "stage 5 does not exist"),
-        (["memory", "--params", "1e9", "--dp", "0"], "--dp must be a positive integer, got 0"),
+        (["memory", "--params", "-1", "--dp", "4"], "--params -1: negative; give a positive number"),
+        (["memory", "--params", "0", "--dp", "4"], "--params 0: zero; give a positive number"),
+        (["memory", "--params", "1e9", "--dp", "4", "--stage", "5"], "--stage 5: stage 5 does not exist"),
+        (["memory", "--params", "1e9", "--dp", "0"], "--dp 0: zero; give a positive integer"),
         (
             ["memory", "--params", "1e9", "--dp", "8", "--shard-degree", "3"],
             "shard_degree 3 does not divide the world size 8",
@@ -158,8 +158,8 @@ def test_cli_memory_and_comm_json_give_exact_bytes():
             ["memory", "--params", "1e9", "--dp", "8", "--stage", "2", "--offload-params"],
             "--offload-params needs stage 3",
         ),
-        (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer must be >= 0"),
-        (["simulate", "--workers", "0"], "n_workers must be a positive integer, got 0"),
+        (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer -5: negative; give a number >= 0"),
+        (["simulate", "--workers", "0"], "--workers 0: zero; give a positive integer"),
     ],
 )
 def test_cli_bad_input_exits_2_and_names_the_value(args, message):

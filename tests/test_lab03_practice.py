@@ -346,10 +346,10 @@ def test_model_state_bytes_census():
     "args, named",
     [
         (["--only", "wrap,nope"], "nope"),
-        (["--steps", "1"], "got 1"),
+        (["--steps", "1"], "--steps 1: too small"),
         (["--report", "/dev/null/r.json"], "/dev/null is a file"),
         (["--report", "r.txt"], "r.txt"),
-        (["--batch-size", "0"], "got 0"),
+        (["--batch-size", "0"], "--batch-size 0: zero"),
     ],
 )
 def test_bad_values_exit_2(args, named, tmp_path):

@@ -228,7 +228,7 @@ def test_bad_input_exits_2_naming_the_value_before_any_process_group(tmp_path):
         "PYTHONPATH": str(ROOT),
     }
     report = tmp_path / "report.json"
-    cases = {"'nope'": ["--variants", "fsdp2-implicit,nope"], "got 0": ["--steps", "0"]}
+    cases = {"'nope'": ["--variants", "fsdp2-implicit,nope"], "--steps 0: zero": ["--steps", "0"]}
     procs = {
         expected: subprocess.Popen(
             [sys.executable, "lab/03_fsdp_prefetch.py", *args, "--report", str(report), "--timeout", "60"],

@@ -19,7 +19,6 @@ rendered by its lab script's ``--render``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def write_all(tables_dir: Path, figures_dir: Path | None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigpt.pages", description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="python -m minigpt.pages", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--tables-dir",
         type=Path,

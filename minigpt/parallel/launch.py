@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from minigpt import cli
+
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -43,15 +45,10 @@ class DistContext:
 
 def torchrun_env() -> tuple[int, int, int]:
     """``(rank, local_rank, world_size)`` from torchrun's environment, or ``(0, 0, 1)`` for a
-    plain ``python`` start. A half-set environment is an error that says what is missing."""
-    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-    present = [n for n in names if n in os.environ]
-    if not present:
-        return 0, 0, 1
-    missing = [n for n in names if n not in os.environ]
-    if missing:
-        raise RuntimeError(f"{', '.join(present)} set but {', '.join(missing)} missing: start the script with torchrun")
-    return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    plain ``python`` start. A half-set environment, a rank that is not below the world size, a
+    port that is not one...: :class:`minigpt.cli.BadInput` (a ValueError) naming the variable and
+    its value (:func:`minigpt.cli.launcher_env`), before any process group exists."""
+    return cli.launcher_env()
 
 
 def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> DistContext:

@@ -51,6 +51,7 @@ SWEEP_MB = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 25.0)
 CAPS_MB = (0.25, 1.0, 5.0, 25.0)
 ABLATION_CAP_MB = 1.0
 GLOBAL_ROWS = 64  # the global batch of every shape: 32 rows per rank
+RESULT_KEYS = ("device", "repeats")  # what every result of this script holds (--render checks it)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,16 +285,17 @@ def measure_ablation(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=f"torchrun --nproc_per_node=2 {PROG}",
+        name=PROG,
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=cli.TORCHRUN_EPILOG,
     )
-    p.add_argument("--steps", type=int, default=8, help="timed steps per contender per round")
-    p.add_argument("--repeats", type=int, default=21, help="rounds; the tables show the median over them")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per contender first")
-    p.add_argument("--bucket-cap-mb", type=float, default=0.5, help="the cap of part 1 (MiniGPT)")
+    p.add_argument("--steps", type=cli.POSITIVE_INT, default=8, help="timed steps per contender per round")
+    p.add_argument("--repeats", type=cli.POSITIVE_INT, default=21, help="rounds; the tables show the median over them")
+    p.add_argument("--warmup", type=cli.NON_NEGATIVE_INT, default=3, help="untimed steps per contender first")
+    p.add_argument("--bucket-cap-mb", type=cli.MIB, default=0.5, help="the cap of part 1 (MiniGPT)")
     p.add_argument("--parts", default="minigpt,shapes,ablation", help="which parts to run, comma-separated")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"the models of parts 2 and 3, from {', '.join(SHAPES)}")
     p.add_argument("--out", default="out", help="folder for 01-benchmark-<device>.json and its renders")
@@ -303,16 +305,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.render:
-            for path in render(cli.input_file(args.render, "--render")):
+            for path in render(
+                cli.input_json(args.render, "--render", RESULT_KEYS, "lab/results/01-benchmark-cpu.json")
+            ):
                 print(f"wrote {path}")
             return 0
-        for name in ("steps", "repeats"):
-            if getattr(args, name) < 1:
-                raise cli.BadInput(f"--{name} {getattr(args, name)}: must be at least 1")
-        if args.warmup < 0:
-            raise cli.BadInput(f"--warmup {args.warmup}: must be 0 or more")
-        if not 0 < args.bucket_cap_mb < float("inf"):
-            raise cli.BadInput(f"--bucket-cap-mb {args.bucket_cap_mb}: give a positive number of MiB")
         args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
         args.shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
         for value, valid, flag in (
@@ -322,17 +319,13 @@ def main(argv: list[str] | None = None) -> int:
             wrong = [v for v in value if v not in valid]
             if wrong or not value:
                 raise cli.BadInput(f"{flag} {','.join(value) or '(empty)'}: choose from {', '.join(valid)}")
-        if os.environ.get("RANK", "0") == "0":  # rank 0 writes the results
-            cli.output_dir(args.out, "--out")
+        cli.output_dir(args.out, "--out")  # rank 0 writes the results; every rank checks, so that all refuse
+        _, _, world_size = launch.torchrun_env()  # the values are valid: can this world run them?
+        cli.need_world_size(world_size, 2, "the benchmark compares data-parallel variants")
+        cli.divisible_by_world(None, GLOBAL_ROWS, world_size)
     except cli.BadInput as exc:
         return cli.refuse(PROG, str(exc))
     ctx = launch.init()
-    if ctx.world_size < 2:
-        launch.fail(
-            ctx,
-            "the benchmark compares data-parallel variants: start it with torchrun --nproc_per_node=2 (or more)",
-            code=2,
-        )
     torch.set_num_threads(1)
     result = {
         "device": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import os
 import sys
 import time
@@ -33,8 +32,9 @@ import torch
 import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
+from minigpt.divergence import Diverged, Watch
 from minigpt.parallel import equivalence, launch
-from minigpt.train import DTYPES, OPTIMIZERS, TrainConfig, build_model, build_optimizer, train_step, validate
+from minigpt.train import DTYPES, OPTIMIZERS, RULES, TrainConfig, build_model, build_optimizer, train_step, validate
 
 VARIANTS = ("bucketed", "ring", "torch-ddp")
 # what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.runners.lab01_kernel_sets)
@@ -45,8 +45,9 @@ PROG = "lab/01_ddp.py"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=f"torchrun --nproc_per_node=N {PROG}",
+        name=PROG,
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=cli.TORCHRUN_EPILOG,
@@ -54,16 +55,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for f in fields(TrainConfig):
         if f.name in ("eval_every", "eval_sentences", "accum"):
             continue
-        kwargs = {"type": type(getattr(defaults, f.name)), "default": getattr(defaults, f.name)}
+        kwargs = {"type": RULES.get(f.name, type(getattr(defaults, f.name))), "default": getattr(defaults, f.name)}
         if f.name == "optimizer":
             kwargs["choices"] = OPTIMIZERS
         if f.name == "dtype":
             kwargs["choices"] = tuple(DTYPES)
         p.add_argument("--" + f.name.replace("_", "-"), **kwargs)
     p.add_argument(
-        "--accum", type=int, default=1, help="micro-batches per step on each rank (all but the last run under no_sync)"
+        "--accum",
+        type=cli.POSITIVE_INT,
+        default=1,
+        help="micro-batches per step on each rank (all but the last run under no_sync)",
     )
-    p.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_MB, help="bucket size in MiB")
+    p.add_argument("--bucket-cap-mb", type=cli.MIB, default=DEFAULT_BUCKET_CAP_MB, help="bucket size in MiB")
     p.add_argument(
         "--collective",
         choices=("torch", "ring"),
@@ -78,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=cli.SECONDS,
         default=launch.DEFAULT_TIMEOUT_S,
         help="seconds any collective may wait for a peer before this rank gives up",
     )
@@ -91,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--test-sentences",
-        type=int,
+        type=cli.POSITIVE_INT,
         default=None,
         help="score the tutor on the first N held-out test sentences (default: all 1209)",
     )
@@ -101,28 +105,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
     """The config, or ValueError naming the first value that cannot work (before any rank
-    joins the group, so every rank stops at once with the same message)."""
+    joins the group, so every rank stops at once with the same message). Each number was checked
+    by its rule when it was parsed (``type=``); here the values are checked together."""
     cfg = TrainConfig(
         **{f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.name not in ("eval_every", "eval_sentences")}
     )
     validate(cfg)
-    if cfg.batch_size % world_size:
-        raise ValueError(
-            f"--batch-size {cfg.batch_size} is not divisible by the world size {world_size}; "
-            f"use a multiple of {world_size}"
-        )
+    cli.divisible_by_world("--batch-size", cfg.batch_size, world_size)
     if (cfg.batch_size // world_size) % cfg.accum:
-        raise ValueError(
-            f"each rank's {cfg.batch_size // world_size} rows cannot be cut into --accum "
-            f"{cfg.accum} equal micro-batches"
+        raise cli.BadInput(
+            f"--accum {cfg.accum}: each rank's {cfg.batch_size // world_size} rows (--batch-size "
+            f"{cfg.batch_size} over {world_size} ranks) cannot be cut into {cfg.accum} equal micro-batches; "
+            f"give an --accum that divides {cfg.batch_size // world_size}"
         )
-    if not args.bucket_cap_mb > 0:
-        raise ValueError(f"--bucket-cap-mb must be a positive number of MiB, got {args.bucket_cap_mb}")
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if args.test_sentences is not None and args.test_sentences < 1:
-        raise ValueError(f"--test-sentences must be at least 1, got {args.test_sentences}")
-    if args.report and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+    if args.report:  # rank 0 writes it; every rank checks it, so that every rank refuses
         cli.output_file(args.report, "--report")
     return cfg
 
@@ -255,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = launch.init(args.timeout)
     try:
         result = train(cfg, args, ctx)
+    except Diverged as exc:  # every rank sees the same averaged loss: all stop at the same step
+        code = cli.stop(PROG, str(exc))
+        launch.teardown()
+        return code
     except NotImplementedError as exc:
         launch.fail(ctx, f"{exc} (your code in lab/exercises/ is not written yet)", code=1)
     except (RuntimeError, dist.DistError) as exc:
@@ -288,6 +288,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         if args.check:
             launch.log(ctx, f"--check: variants {', '.join(variants)}; one-process work shared over the ranks")
     check = Check(runs, cfg, ctx) if args.check else None
+    watch = Watch(main_run.model, cfg, main_run.optimizer)  # nan or inf: the step, the value, the setting
 
     bar = tqdm(
         range(cfg.steps),
@@ -308,11 +309,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
                 total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
                 dist.all_reduce(total)
                 losses.append(float(total) / ctx.world_size)
-                if not math.isfinite(losses[-1]):
-                    raise FloatingPointError(
-                        f"the loss is {losses[-1]} at step {step}: training diverged; "
-                        f"try a smaller --lr (now {cfg.lr:g})"
-                    )
+                watch.after_step(step, losses[-1])
         if check:
             check.after_step(step)
         if ctx.is_main:

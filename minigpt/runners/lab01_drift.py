@@ -11,7 +11,6 @@ The measurements are :func:`minigpt.parallel.equivalence.one_step_amplification`
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
@@ -28,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ``--sources 0,286``: find which weights make the step drift of those steps (:func:`drift_sources`).
     With ``--out DIR`` the JSON and the Lab 01 page's tables are written there too
     (``01-amplification*`` or ``01-drift-sources*``)."""
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="lab/01_drift.py",
         description="How one optimizer step turns a rounding difference into a "
         "weight difference, and which weights make a step's drift.",
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 steps = []
             if not steps or not all(0 <= x < 450 for x in steps):
-                raise cli.BadInput(f"--sources {args.sources!r}: give steps between 0 and 449, e.g. 0,286")
+                raise cli.BadInput(f"--sources {args.sources}: not a list of steps in 0..449; give e.g. 0,286")
         out = cli.output_dir(args.out, "--out") if args.out is not None else None
     except cli.BadInput as exc:
         return cli.refuse(parser.prog, str(exc))

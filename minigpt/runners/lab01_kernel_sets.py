@@ -129,8 +129,9 @@ def summary(kernel_set: str, report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=f"python {PROG}",
+        name=PROG,
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -142,13 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default="out", help="folder for 01-kernel-sets-<config>-cpu.json and its tables")
     p.add_argument("--render", metavar="JSON", help="only write the tables of an existing result")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds one check may take")
+    p.add_argument("--timeout", type=cli.SECONDS, default=1800.0, help="seconds one check may take")
     args = p.parse_args(argv)
     from minigpt.pages import lab01_check
 
     try:
         if args.render:
-            source = cli.input_file(args.render, "--render")
+            source = cli.input_json(
+                args.render, "--render", ("config", "rows"), "lab/results/01-kernel-sets-adamw-cpu.json"
+            )
             for path in lab01_check.render(source):
                 print(f"wrote {path}")
             return 0
@@ -159,8 +162,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"--kernel-sets {args.kernel_sets!r}: unknown {', '.join(unknown) or '(none)'}; "
                 f"choose from {', '.join(KERNEL_SETS)}"
             )
-        if not 0 < args.timeout < float("inf"):
-            raise cli.BadInput(f"--timeout {args.timeout}: give a positive number of seconds")
         out = cli.output_dir(args.out, "--out")
     except (cli.BadInput, ValueError) as exc:
         return cli.refuse(PROG, str(exc))

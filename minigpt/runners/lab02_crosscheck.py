@@ -24,7 +24,6 @@ within 1e-5.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from minigpt import cli
+from minigpt.divergence import Diverged, Watch
 from minigpt.parallel import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
@@ -154,6 +154,7 @@ def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check
     from minigpt.fsdp.practice import CollectiveCounter
 
     probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)  # Lab 01's exact probe
+    watch = Watch(run.model, cfg)  # nan or inf: the step, the value, the setting to look at
     reference = build_model(cfg).to(ctx.device)
     ref_optimizer = build_optimizer(reference, cfg)
     run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
@@ -163,8 +164,10 @@ def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check
         reset_bytes(run)
         t0 = time.perf_counter()
         with CollectiveCounter() as counter, PeakMemory(ctx.device) as peak:
-            train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
+            loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
         run.seconds += time.perf_counter() - t0
+        # this rank's loss; a nan anywhere reaches every rank's weights through the averaged gradient
+        watch.after_step(step, loss)
         run.sent_per_step.append(bytes_sent(run, counter))
         run.peak_step_bytes = max(run.peak_step_bytes, peak.peak_bytes)
         if check:
@@ -242,34 +245,34 @@ def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=PROG,
         description="Lab 02: the ZeRO model against real runs "
         "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.",
         epilog=cli.TORCHRUN_EPILOG,
     )
-    p.add_argument("--steps", type=int, default=20, help="steps per variant (default 20)")
+    p.add_argument("--steps", type=cli.POSITIVE_INT, default=20, help="steps per variant (default 20)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    p.add_argument("--seed", type=cli.SEED, default=0)
+    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--report", help="write the measurements as JSON here")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace) -> list[str]:
-    if args.steps < 1:
-        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    """The variants, or ValueError naming the value that cannot work (the numbers were checked by
+    their rules when parsed; the launcher's environment and the world size here, before any group)."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         if v not in VARIANTS:
-            raise ValueError(f"unknown variant {v!r} in --variants; choose from {', '.join(VARIANTS)}")
+            raise cli.BadInput(f"--variants {args.variants}: unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     if not variants:
-        raise ValueError("--variants is empty; choose from " + ", ".join(VARIANTS))
-    if args.timeout <= 0:
-        raise ValueError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.report and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+        raise cli.BadInput(f"--variants {args.variants!r}: empty; choose from {', '.join(VARIANTS)}")
+    _, _, world_size = launch.torchrun_env()
+    cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
+    if args.report:  # rank 0 writes it; every rank checks it, so that every rank refuses
         cli.output_file(args.report, "--report")
     return variants
 
@@ -298,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.render:
             from minigpt.pages.lab02_crosscheck import render_files
 
-            for path in render_files(cli.input_file(args.render, "--render")):
+            for path in render_files(
+                cli.input_json(
+                    args.render, "--render", ("variants", "world_size"), "lab/results/02-crosscheck-cpu.json"
+                )
+            ):
                 print(f"wrote {path}")
             return 0
         variants = check_args(args)
@@ -308,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
     try:
         results = measure(variants, cfg, args, ctx)
+    except Diverged as exc:
+        code = cli.stop(PROG, str(exc))
+        launch.teardown()
+        return code
     except (RuntimeError, dist.DistError) as exc:
         launch.fail_collective(ctx, exc, args.timeout)
     psi = build_model(cfg).num_params()

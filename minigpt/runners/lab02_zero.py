@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from minigpt import cli
 from minigpt.zero import analytic as za, comm, memory
 
 PROG = "lab/02_zero.py"
@@ -42,11 +42,8 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (write 7.5e9 or 7500000000)") from None
+PARAMS = cli.Number(float, low=0, low_open=True, note="e.g. 7.5e9")  # a count written like 7.5e9: a float
+LARGEST_LAYER = cli.Number(float, low=0, note="0: no working buffer")
 
 
 def _stages(text: str) -> list[int]:
@@ -55,18 +52,18 @@ def _stages(text: str) -> list[int]:
     try:
         stages = [int(s) for s in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of stages (e.g. 0,3 or all)") from None
+        raise argparse.ArgumentTypeError(f"{text}: not a list of stages; give e.g. 0,3 or all") from None
     for s in stages:
         if s not in za.STAGES:
-            raise argparse.ArgumentTypeError(f"stage {s} does not exist; the stages are 0 (DDP), 1, 2, 3")
+            raise argparse.ArgumentTypeError(f"{text}: stage {s} does not exist; the stages are 0 (DDP), 1, 2, 3")
     return stages
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", type=_number, required=True, help="parameter count Ψ, e.g. 7.5e9")
-    p.add_argument("--dp", type=int, help="data-parallel degree N (or give --nodes and --gpus-per-node)")
-    p.add_argument("--nodes", type=int, help="machines (default 1)")
-    p.add_argument("--gpus-per-node", type=int, help="devices per machine")
+    p.add_argument("--params", type=PARAMS, required=True, help="parameter count Ψ, e.g. 7.5e9")
+    p.add_argument("--dp", type=cli.POSITIVE_INT, help="data-parallel degree N (or give --nodes and --gpus-per-node)")
+    p.add_argument("--nodes", type=cli.POSITIVE_INT, help="machines (default 1)")
+    p.add_argument("--gpus-per-node", type=cli.POSITIVE_INT, help="devices per machine")
     p.add_argument("--stage", type=_stages, default=list(za.STAGES), help="stages to show: 0,1,2,3 or all")
     p.add_argument(
         "--recipe",
@@ -75,19 +72,19 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="precision recipe (default mixed: 2 + 2 + 12 bytes per parameter)",
     )
     p.add_argument("--hsdp", action="store_true", help="hybrid sharding: shard inside a node, replicate across")
-    p.add_argument("--shard-degree", type=int, help="HSDP: devices a model is sharded over")
-    p.add_argument("--replicas", type=int, help="HSDP: number of shard groups")
+    p.add_argument("--shard-degree", type=cli.POSITIVE_INT, help="HSDP: devices a model is sharded over")
+    p.add_argument("--replicas", type=cli.POSITIVE_INT, help="HSDP: number of shard groups")
     p.add_argument("--json", action="store_true", help="exact bytes as JSON")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     mem = sub.add_parser("memory", help="model-state memory per device, by stage")
     _common(mem)
     mem.add_argument(
         "--largest-layer",
-        type=_number,
+        type=LARGEST_LAYER,
         default=0.0,
         help="parameters of the largest layer/unit: the working buffer of stages 2 and 3",
     )
@@ -95,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mem.add_argument("--offload-params", action="store_true", help="stage 3: weight shards in host memory too")
     mem.add_argument("--deepspeed", action="store_true", help="also print what DeepSpeed's estimators answer")
     for name in ("seq-len", "micro-batch", "hidden", "heads", "layers"):
-        mem.add_argument(f"--{name}", type=int, help="activations: give all five to add them")
+        mem.add_argument(f"--{name}", type=cli.POSITIVE_INT, help="activations: give all five to add them")
     mem.add_argument("--checkpointing", action="store_true", help="activations with activation checkpointing")
     com = sub.add_parser("comm", help="bytes each device sends per step, by stage")
     _common(com)
@@ -103,20 +100,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-reshard", action="store_true", help="stage 3: keep weights gathered between forward and backward"
     )
     sim = sub.add_parser("simulate", help="run the numpy simulation and hold it against the model")
-    sim.add_argument("--workers", type=int, default=4)
+    sim.add_argument("--workers", type=cli.POSITIVE_INT, default=4)
     sim.add_argument("--widths", default="16,32,32,8", help="MLP layer widths, input first")
-    sim.add_argument("--steps", type=int, default=3)
+    sim.add_argument("--steps", type=cli.POSITIVE_INT, default=3)
     sim.add_argument("--recipe", default="fp32", choices=["fp32", "mixed"])
     sim.add_argument("--json", action="store_true")
     return parser.parse_args(argv)
 
 
 def world(args: argparse.Namespace) -> tuple[int, int]:
-    """(world size, devices per node) from --dp / --nodes / --gpus-per-node."""
-    for name in ("dp", "nodes", "gpus_per_node", "shard_degree", "replicas"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    """(world size, devices per node) from --dp / --nodes / --gpus-per-node (each a positive
+    integer, checked when parsed)."""
     nodes, per_node = args.nodes or 1, args.gpus_per_node
     if per_node is not None:
         if args.dp is not None and args.dp != nodes * per_node:
@@ -260,9 +254,11 @@ def simulate_report(args: argparse.Namespace) -> dict:
     from minigpt.zero import mlp, simulate  # numpy: only when asked for
 
     try:
-        widths = tuple(int(w) for w in args.widths.split(","))
-    except ValueError:
-        raise ValueError(f"--widths {args.widths!r} is not a comma-separated list of integers") from None
+        widths = tuple(cli.POSITIVE_INT.parse(w) for w in args.widths.split(","))
+    except cli.BadInput:
+        raise cli.BadInput(
+            f"--widths {args.widths}: not a comma-separated list of positive integers; give e.g. 16,32,32,8"
+        ) from None
     spec = mlp.MLPSpec(widths)
     rows = 8 * args.workers if isinstance(args.workers, int) and args.workers > 0 else 8
     rec = memory.recipe(args.recipe)
@@ -318,18 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             report = simulate_report(args)
             printer = print_simulate
+        elif args.command == "memory":
+            report, printer = memory_report(args), print_memory
         else:
-            if not args.params > 0:
-                raise ValueError(f"--params must be positive, got {args.params:g}")
-            if args.command == "memory":
-                if args.largest_layer < 0:
-                    raise ValueError(f"--largest-layer must be >= 0, got {args.largest_layer:g}")
-                report, printer = memory_report(args), print_memory
-            else:
-                report, printer = comm_report(args), print_comm
+            report, printer = comm_report(args), print_comm
     except ValueError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return cli.refuse(f"{PROG} {args.command}", str(exc))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

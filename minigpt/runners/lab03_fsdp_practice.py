@@ -38,6 +38,7 @@ from minigpt.pages.lab03_practice import DEMOS, TABLES, render, table_load
 PROG = "lab/03_fsdp_practice.py"
 SCRIPT = Path(__file__).resolve().parent.parent.parent / PROG  # the lab script, started again for the world-1 load
 DEFAULT_OUT_DIR = "out/lab03-checkpoints"
+STEPS = cli.Number(int, low=2, note="a median and a drift need two steps")
 TORCHRUN_ENV = (
     "RANK",
     "LOCAL_RANK",
@@ -53,8 +54,9 @@ TORCHRUN_ENV = (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=f"torchrun --nproc_per_node=2 {PROG}",
+        name=PROG,
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=cli.TORCHRUN_EPILOG,
@@ -67,17 +69,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=STEPS,
         default=10,
         help="training steps each demonstration takes (counted, timed, or trained before the drift is measured)",
     )
-    p.add_argument("--seed", type=int, default=0, help="initial weights and batches")
-    p.add_argument("--batch-size", type=int, default=64, help="global batch (sentences), cut evenly over the ranks")
+    p.add_argument("--seed", type=cli.SEED, default=0, help="initial weights and batches")
+    p.add_argument(
+        "--batch-size", type=cli.POSITIVE_INT, default=64, help="global batch (sentences), cut evenly over the ranks"
+    )
     p.add_argument("--report", metavar="FILE.json", help="write every measured number as JSON (rank 0)")
     p.add_argument(
         "--out-dir", default=DEFAULT_OUT_DIR, help="folder the checkpoint demonstration writes (created if missing)"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
+    p.add_argument("--timeout", type=cli.SECONDS, default=60.0, help="seconds a collective may wait for a peer")
     p.add_argument(
         "--render",
         metavar="FILE.json",
@@ -94,7 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> list[str]:
-    """The demonstrations to run, or ValueError naming the value that cannot work."""
+    """The demonstrations to run, or ValueError naming the value that cannot work (the numbers were
+    checked by their rules when parsed; the launcher's environment and the world size here)."""
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in DEMOS]
     if unknown or not names:
@@ -102,19 +107,15 @@ def check_args(args: argparse.Namespace) -> list[str]:
             f"--only {args.only!r}: unknown demonstration {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(DEMOS)}"
         )
-    if args.steps < 2:
-        raise ValueError(f"--steps must be at least 2 (a median and a drift need steps), got {args.steps}")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.batch_size < 1 or args.batch_size % world_size:
-        raise ValueError(
-            f"--batch-size must be a positive multiple of the world size {world_size}, got {args.batch_size}"
-        )
-    if args.seed < 0:
-        raise ValueError(f"--seed must not be negative, got {args.seed}")
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    rank0 = os.environ.get("RANK", "0") == "0"
-    if args.report and rank0:  # rank 0 writes the report
+    _, _, world_size = cli.launcher_env()  # what launch.torchrun_env reads, without importing torch
+    if args.load_resharded:
+        if world_size != 1:
+            raise cli.BadInput(
+                f"--load-resharded {args.load_resharded}: reads the checkpoint in a world of one; run it with "
+                f"plain python, not under torchrun (WORLD_SIZE={world_size})"
+            )
+        cli.input_dir(args.load_resharded, "--load-resharded")
+    if args.report:  # rank 0 writes the report; every rank checks it, so that every rank refuses
         cli.output_file(args.report, "--report")
     out_dir = Path(args.out_dir)
     if not args.load_resharded and not args.render:  # every rank writes its shards there
@@ -128,12 +129,10 @@ def check_args(args: argparse.Namespace) -> list[str]:
     if args.report and Path(args.report).suffix != ".json":
         raise ValueError(f"--report {args.report}: the report is JSON; give a file name ending in .json")
     if args.render:
-        cli.input_file(args.render, "--render")
-    if args.load_resharded and os.environ.get("WORLD_SIZE", "1") != "1":
-        raise ValueError(
-            f"--load-resharded reads the checkpoint in a world of one; run it with plain python, "
-            f"not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']})"
-        )
+        cli.input_json(args.render, "--render", ("meta",), "lab/results/03-practice-cpu.json")
+    elif not args.load_resharded:  # the values given are valid: can this world run them?
+        cli.need_world_size(world_size, 2, "FSDP shards across ranks")
+        cli.divisible_by_world("--batch-size", args.batch_size, world_size)
     return [n for n in DEMOS if n in names]
 
 
@@ -151,12 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.load_resharded:
         return load_half(args)
-    if launch.torchrun_env()[2] < 2:
-        return cli.refuse(
-            PROG,
-            f"FSDP shards across ranks; start it with torchrun --nproc_per_node=2 "
-            f"(world size now {launch.torchrun_env()[2]})",
-        )
     ctx = launch.init(args.timeout)
     try:
         report = run(names, args, ctx)

@@ -63,6 +63,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minigpt import cli, grammar
+from minigpt.divergence import Diverged, Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
 from minigpt.model import MiniGPT
@@ -121,6 +122,7 @@ class VariantRun:
         wrapped, blocks = wrap(self.variant, build_model(cfg).to(ctx.device), ctx.device)
         self.wrapped, self.optimizer = wrapped, sharded_optimizer(wrapped, cfg)
         self.tracer = FSDPTracer(wrapped, self.variant.api, blocks)
+        self.watch = Watch(wrapped, cfg)  # nan or inf: the step, the value, the setting to look at
         self.step_times: list[float] = []
         self.losses: list[float] = []
         # the full state before and after the last step (before step 0: the seed's weights, no optimizer state)
@@ -153,6 +155,8 @@ class VariantRun:
         self.step_times.append(time.perf_counter() - t0)
         self.losses.append(loss.item())
         self.before, self.after = self.after, full_state(self.wrapped, self.optimizer)
+        # the weights gathered in full are the same on every rank: every rank stops at the same step
+        self.watch.after_step(step, self.losses[-1], self.after[0].items())
 
     def measurements(self) -> dict:
         """What rank 0 needs from this rank to write the report."""
@@ -226,8 +230,9 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog=f"torchrun --nproc_per_node=N {PROG}",
+        name=PROG,
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=cli.TORCHRUN_EPILOG,
@@ -235,16 +240,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--variants", default="all", help=f"comma-separated, or all: {', '.join(VARIANTS)}")
     p.add_argument(
         "--steps",
-        type=int,
+        type=cli.POSITIVE_INT,
         default=DEFAULT_STEPS,
         help="training steps per variant (the first of TrainConfig's schedule)",
     )
-    p.add_argument("--seed", type=int, default=0, help="the weights and batches of every variant")
+    p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and batches of every variant")
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
     p.add_argument("--trace-dir", metavar="DIR", help="write per variant its event log and timeline figures (rank 0)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=cli.SECONDS,
         default=launch.DEFAULT_TIMEOUT_S,
         help="seconds any collective may wait for a peer before this rank gives up",
     )
@@ -259,27 +264,21 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
     for name in names:
         if name not in VARIANTS:
-            raise ValueError(f"--variants: unknown variant {name!r}; choose from all, {', '.join(VARIANTS)}")
+            raise cli.BadInput(
+                f"--variants {args.variants}: unknown variant {name!r}; choose from all, {', '.join(VARIANTS)}"
+            )
     if len(set(names)) != len(names):
-        raise ValueError(f"--variants {args.variants!r} names a variant twice")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+        raise cli.BadInput(f"--variants {args.variants}: names a variant twice; give each once")
     cfg = TrainConfig(seed=args.seed)
     validate(cfg)
-    if not 1 <= args.steps <= cfg.steps:
-        raise ValueError(f"--steps must be in 1..{cfg.steps} (TrainConfig's schedule), got {args.steps}")
-    if cfg.batch_size % world_size:
-        raise ValueError(
-            f"the global batch of {cfg.batch_size} is not divisible by the world size {world_size}; "
-            f"use a world size that divides {cfg.batch_size}"
-        )
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if os.environ.get("RANK", "0") == "0":  # rank 0 writes the report and the traces
-        if args.trace_dir:
-            cli.output_dir(args.trace_dir, "--trace-dir")
-        if args.report:
-            cli.output_file(args.report, "--report")
+    if args.steps > cfg.steps:
+        raise cli.BadInput(f"--steps {args.steps}: too large; give 1..{cfg.steps} (TrainConfig's schedule)")
+    cli.divisible_by_world(None, cfg.batch_size, world_size)
+    # rank 0 writes the report and the traces; every rank checks them, so that every rank refuses
+    if args.trace_dir:
+        cli.output_dir(args.trace_dir, "--trace-dir")
+    if args.report:
+        cli.output_file(args.report, "--report")
     return names, cfg
 
 
@@ -289,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         from minigpt.pages.lab03_prefetch import render
 
         try:
-            written = render(cli.input_file(args.render, "--render"))
+            written = render(
+                cli.input_json(args.render, "--render", ("variants", "n_layer"), "lab/results/03-prefetch-cpu.json")
+            )
         except (OSError, ValueError, KeyError) as exc:
             return cli.refuse(PROG, str(exc) if isinstance(exc, cli.BadInput) else f"--render {args.render}: {exc}")
         for path in written:
@@ -303,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = launch.init(args.timeout)
     try:
         report = run(names, cfg, args, ctx)
+    except Diverged as exc:
+        code = cli.stop(PROG, str(exc))
+        launch.teardown()
+        return code
     except (RuntimeError, dist.DistError) as exc:
         launch.fail_collective(ctx, exc, args.timeout)
     launch.teardown()

@@ -14,7 +14,6 @@ the layout is :mod:`minigpt.pages.lab03_reading`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from minigpt.pages.lang import LANGS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lab/03_fsdp_reading.py", description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="lab/03_fsdp_reading.py", description=__doc__.splitlines()[0])
     parser.add_argument("--lang", choices=LANGS, default="en", help="language of the notes (default: en)")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--section", metavar="NAME", help="show one section (see --list)")

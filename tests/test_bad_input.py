@@ -1,0 +1,433 @@
+"""Bad input, the same answer everywhere: every entry point refuses a value that cannot work with
+exit status 2, exactly one line on stderr that names the option (or variable) and the value, no
+traceback, nothing written, and no process group started.
+
+The table has one row per refusal. Most rows call the entry point's ``main(argv)`` in this process
+(each refuses before any process group or model exists; a row that got further would reach a
+trip-wire and fail). The rows about the launcher's environment run in one subprocess that sets
+each row's variables in turn; a few rows run under a real ``torchrun`` of two ranks, where every
+rank must say it, with its rank. Divergence (a loss that becomes nan) is not bad input, but its
+one line is checked here too: under torchrun, on both ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from tests.launcher import ROOT
+from tests.limits import limit
+
+LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHELASTIC = ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID")
+
+TRAIN = "minigpt.train"
+TUTOR = "minigpt.tutor"
+DDP = "minigpt.runners.lab01_ddp"
+BENCH = "minigpt.runners.lab01_benchmark"
+KERNELS = "minigpt.runners.lab01_kernel_sets"
+DRIFT = "minigpt.runners.lab01_drift"
+ZERO = "minigpt.runners.lab02_zero"
+CROSS = "minigpt.runners.lab02_crosscheck"
+READING = "minigpt.runners.lab03_fsdp_reading"
+PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
+PRACTICE = "minigpt.runners.lab03_fsdp_practice"
+PAGES = "minigpt.pages.site"
+
+# (entry point, argv, what the line must name). {tmp} is this row's folder (the working directory
+# too), {file} a file in it that is not JSON, where a folder or a results file is needed, and
+# {tmp}/other.json a JSON file that is no script's result.
+ROWS: list[tuple[str, list[str], list[str]]] = [
+    # the single-process trainer: every TrainConfig field has its rule
+    (TRAIN, ["--seed", "-1"], ["--seed -1", "0..4294967295"]),
+    (TRAIN, ["--seed", "4294967296"], ["--seed 4294967296", "too large"]),
+    (TRAIN, ["--seed", "abc"], ["--seed abc", "not an integer"]),
+    (TRAIN, ["--lr", "nan"], ["--lr nan", "not a number"]),
+    (TRAIN, ["--lr", "inf"], ["--lr inf", "not finite"]),
+    (TRAIN, ["--lr", "0"], ["--lr 0", "positive"]),
+    (TRAIN, ["--lr", "1e39"], ["--lr 1e+39", "float32"]),
+    (TRAIN, ["--min-lr", "0.1"], ["--min-lr 0.1", "--lr 0.003"]),
+    (TRAIN, ["--grad-clip", "nan"], ["--grad-clip nan", "not a number"]),
+    (TRAIN, ["--grad-clip", "-1"], ["--grad-clip -1", "negative"]),
+    (TRAIN, ["--weight-decay", "nan"], ["--weight-decay nan", "not a number"]),
+    (TRAIN, ["--weight-decay", "inf"], ["--weight-decay inf", "not finite"]),
+    (TRAIN, ["--momentum", "1"], ["--momentum 1", "[0, 1)"]),
+    (TRAIN, ["--dropout", "-0.1"], ["--dropout -0.1", "negative"]),
+    (TRAIN, ["--steps", "0"], ["--steps 0", "positive integer"]),
+    (TRAIN, ["--batch-size", "2.5"], ["--batch-size 2.5", "not an integer"]),
+    (TRAIN, ["--warmup", "-1"], ["--warmup -1", "negative"]),
+    (TRAIN, ["--warmup", "450"], ["--warmup 450", "0..449"]),
+    (TRAIN, ["--block-size", "10"], ["--block-size 10", "18"]),
+    (TRAIN, ["--optimizer", "adam"], ["--optimizer adam", "adamw, sgd"]),
+    (TRAIN, ["--stop-at", "0"], ["--stop-at 0"]),
+    (TRAIN, ["--resume", "{tmp}/missing.pt"], ["--resume {tmp}/missing.pt", "no checkpoint"]),
+    (TRAIN, ["--out", "{file}/x.pt"], ["--out {file}/x.pt", "is a file, not a folder"]),
+    # the tutor
+    (TUTOR, ["--checkpoint", "{tmp}/none.pt", "nosotros habla"], ["--checkpoint {tmp}/none.pt"]),
+    (TUTOR, ["nosotros hablamos chino"], ["chino"]),
+    # Lab 01
+    (DDP, ["--seed", "-1"], ["--seed -1"]),
+    (DDP, ["--bucket-cap-mb", "inf"], ["--bucket-cap-mb inf", "MiB"]),
+    (DDP, ["--bucket-cap-mb", "0"], ["--bucket-cap-mb 0", "MiB"]),
+    (DDP, ["--timeout", "inf"], ["--timeout inf", "seconds"]),
+    (DDP, ["--timeout", "nan"], ["--timeout nan", "seconds"]),
+    (DDP, ["--timeout", "-5"], ["--timeout -5", "seconds"]),
+    (DDP, ["--lr", "nan"], ["--lr nan"]),
+    (DDP, ["--grad-clip", "inf"], ["--grad-clip inf"]),
+    (DDP, ["--test-sentences", "0"], ["--test-sentences 0"]),
+    (DDP, ["--accum", "3"], ["--accum 3", "--batch-size 64"]),
+    (DDP, ["--collective", "nccl"], ["--collective nccl", "torch, ring"]),
+    (DDP, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (BENCH, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (BENCH, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (BENCH, ["--steps", "0"], ["--steps 0"]),
+    (BENCH, ["--warmup", "-1"], ["--warmup -1"]),
+    (BENCH, ["--bucket-cap-mb", "nan"], ["--bucket-cap-mb nan"]),
+    (BENCH, ["--parts", "minigpt,nope"], ["--parts minigpt,nope"]),
+    (KERNELS, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (KERNELS, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
+    (KERNELS, ["--timeout", "inf"], ["--timeout inf"]),
+    (KERNELS, ["--kernel-sets", "avx9"], ["--kernel-sets", "avx9"]),
+    (DRIFT, ["--sources", "999"], ["--sources 999", "0..449"]),
+    (DRIFT, ["--sources", "abc"], ["--sources abc"]),
+    (DRIFT, ["--out", "{file}"], ["--out {file}", "is a file"]),
+    # Lab 02
+    (ZERO, ["memory", "--params", "inf", "--dp", "4"], ["--params inf", "not finite"]),
+    (ZERO, ["memory", "--params", "nan", "--dp", "4"], ["--params nan", "not a number"]),
+    (ZERO, ["memory", "--params", "0", "--dp", "4"], ["--params 0"]),
+    (ZERO, ["memory", "--params", "7B", "--dp", "4"], ["--params 7B", "not a number"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "4", "--largest-layer", "nan"], ["--largest-layer nan"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "4", "--largest-layer", "inf"], ["--largest-layer inf"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "0"], ["--dp 0"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "2.5"], ["--dp 2.5", "not an integer"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "8", "--nodes", "3"], ["--dp 8", "--nodes 3"]),
+    (ZERO, ["memory", "--params", "1e9", "--dp", "4", "--stage", "7"], ["--stage 7"]),
+    (ZERO, ["comm", "--params", "-1", "--dp", "4"], ["--params -1", "negative"]),
+    (ZERO, ["simulate", "--workers", "0"], ["--workers 0"]),
+    (ZERO, ["simulate", "--widths", "16,x"], ["--widths 16,x"]),
+    (CROSS, ["--seed", "-1"], ["--seed -1"]),
+    (CROSS, ["--timeout", "inf"], ["--timeout inf"]),
+    (CROSS, ["--steps", "0"], ["--steps 0"]),
+    (CROSS, ["--variants", "ddp,zero9"], ["--variants ddp,zero9", "zero9"]),
+    (CROSS, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (CROSS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    # Lab 03
+    (READING, ["--lang", "fr"], ["--lang fr", "en, es"]),
+    (READING, ["--section", "fsdp3"], ["--section", "fsdp3"]),
+    (READING, ["--markdown", "{file}/x.md"], ["--markdown {file}/x.md"]),
+    (PREFETCH, ["--seed", "-1"], ["--seed -1"]),
+    (PREFETCH, ["--timeout", "inf"], ["--timeout inf"]),
+    (PREFETCH, ["--steps", "0"], ["--steps 0"]),
+    (PREFETCH, ["--steps", "451"], ["--steps 451", "1..450"]),
+    (PREFETCH, ["--variants", "fsdp9"], ["--variants fsdp9"]),
+    (PREFETCH, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (PREFETCH, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
+    (PRACTICE, ["--seed", "-1"], ["--seed -1"]),
+    (PRACTICE, ["--timeout", "nan"], ["--timeout nan"]),
+    (PRACTICE, ["--steps", "1"], ["--steps 1"]),
+    (PRACTICE, ["--batch-size", "0"], ["--batch-size 0"]),
+    (PRACTICE, ["--only", "wrap,nope"], ["--only", "nope"]),
+    (PRACTICE, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
+    (PRACTICE, ["--load-resharded", "{tmp}/none"], ["--load-resharded {tmp}/none", "no such folder"]),
+    # the site's tables
+    (PAGES, ["--tables-dir", "{file}"], ["--tables-dir {file}"]),
+    (PAGES, ["--no-such-option"], ["--no-such-option"]),
+]
+
+# (entry point, argv, the launcher's variables, what the line must name): one subprocess runs them all
+ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
+    (DDP, [], {"RANK": "abc", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["RANK=abc", "not an integer"]),
+    (DDP, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "0"}, ["WORLD_SIZE=0"]),
+    (DDP, [], {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["RANK=2", "0..1"]),
+    (DDP, [], {"RANK": "0", "LOCAL_RANK": "-1", "WORLD_SIZE": "2"}, ["LOCAL_RANK=-1"]),
+    (DDP, [], {"RANK": "0"}, ["RANK", "LOCAL_RANK, WORLD_SIZE missing"]),
+    (DDP, ["--batch-size", "30"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--batch-size 30", "4"]),
+    (
+        DDP,
+        [],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "notaport"},
+        ["MASTER_PORT=notaport", "1..65535"],
+    ),
+    (CROSS, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}, ["MASTER_PORT=70000"]),
+    (CROSS, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "}, ["MASTER_ADDR"]),
+    (CROSS, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
+    (PREFETCH, [], {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
+    (PRACTICE, [], {"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["RANK=x"]),
+    (PRACTICE, [], {}, ["world size 1", "--nproc_per_node=2"]),
+    (PRACTICE, ["--batch-size", "63"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--batch-size 63"]),
+    (BENCH, ["--out", "{tmp}/out"], {}, ["world size 1", "--nproc_per_node=2"]),
+    (BENCH, ["--out", "{tmp}/out"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
+]
+
+# run on each rank of one torchrun of two: every rank refuses, each with its rank
+TORCHRUN_ROWS: list[tuple[str, list[str], list[str]]] = [
+    (DDP, ["--seed", "-1"], ["--seed -1"]),
+    (DDP, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),  # rank 0 writes it; both check it
+    (CROSS, ["--timeout", "inf"], ["--timeout inf"]),
+    (PREFETCH, ["--trace-dir", "{file}"], ["--trace-dir {file}"]),
+    (PRACTICE, ["--batch-size", "63"], ["--batch-size 63", "world size 2"]),
+    (BENCH, ["--bucket-cap-mb", "inf"], ["--bucket-cap-mb inf"]),
+]
+
+
+class Reached(Exception):
+    """A trip-wire: the entry point went past its checks (into a process group, a model, work)."""
+
+
+TRIP_WIRES = [
+    ("minigpt.parallel.launch", "init"),
+    ("minigpt.train", "build_model"),
+    ("minigpt.runners.lab01_drift", "drift_sources"),
+    ("minigpt.runners.lab01_drift", "one_step_amplification"),
+    ("minigpt.runners.lab01_kernel_sets", "native_capability"),
+    ("minigpt.pages.site", "write_all"),
+]
+
+
+def set_trip_wires(patch) -> None:
+    for module, name in TRIP_WIRES:
+
+        def tripped(*args, _where=f"{module}.{name}", **kwargs):
+            raise Reached(_where)
+
+        patch(importlib.import_module(module), name, tripped)
+
+
+def fill(items: list[str], tmp: Path) -> list[str]:
+    return [x.format(tmp=tmp, file=tmp / "a-file") for x in items]
+
+
+def call(module: str, argv: list[str]) -> tuple[int | str, str, str]:
+    """``module.main(argv)`` here: (exit status, stdout, stderr); a tripped wire is the status."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result = importlib.import_module(module).main(argv)
+            code = 0 if result is None or isinstance(result, (dict, list)) else result
+        except SystemExit as exc:
+            code = exc.code
+        except Reached as exc:
+            code = f"accepted: reached {exc}"
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_refusal(where: str, code, out: str, err: str, names: list[str]) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, f"{where}: exit {code}\n{err[-2000:]}"
+    assert "Traceback" not in out + err, f"{where}: a traceback\n{err[-3000:]}"
+    assert len(lines) == 1, f"{where}: {len(lines)} lines on stderr, not 1:\n{err[-2000:]}"
+    assert ": error: " in lines[0], f"{where}: {lines[0]}"
+    missing = [n for n in names if n not in lines[0]]
+    assert not missing, f"{where}: the line does not name {missing}: {lines[0]}"
+
+
+def clean_env(monkeypatch) -> None:
+    for name in (*LAUNCHER, *TORCHELASTIC):
+        monkeypatch.delenv(name, raising=False)
+
+
+def row_id(row) -> str:
+    module, argv = row[0], row[1]
+    return f"{module.split('.')[-1]}:{' '.join(argv)}".replace("{tmp}/", "").replace("{file}", "FILE")
+
+
+@pytest.fixture
+def row_folder(tmp_path, monkeypatch) -> Path:
+    """A folder, the working directory (where default outputs like out/ would go), with a file that
+    is not JSON ("a-file", where a folder or a result belongs) and a JSON file no script wrote."""
+    (tmp_path / "a-file").write_text("a file, not a folder\n")
+    (tmp_path / "other.json").write_text('{"a": 1}\n')
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row_id(r) for r in ROWS])
+def test_bad_input_is_refused_in_one_line(row, row_folder, monkeypatch):
+    module, argv, names = row
+    clean_env(monkeypatch)
+    set_trip_wires(monkeypatch.setattr)
+    before = sorted(row_folder.rglob("*"))
+    code, out, err = call(module, fill(argv, row_folder))
+    check_refusal(row_id(row), code, out, err, fill(names, row_folder))
+    assert out == "", f"{row_id(row)}: printed before refusing:\n{out[-2000:]}"
+    assert sorted(row_folder.rglob("*")) == before, f"{row_id(row)}: left files behind"
+    assert not dist.is_initialized(), f"{row_id(row)}: started a process group"
+
+
+def test_the_table_covers_every_entry_point():
+    rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
+    assert len(rows) >= 60
+    assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
+        {PREFETCH, PRACTICE, PAGES}
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Subprocesses: the launcher's environment, and torchrun
+
+
+def drive(rows_file: str, results: str) -> None:
+    """In a subprocess (plain python, or each rank of a torchrun): run every row of ``rows_file``
+    (entry point, argv, extra environment, folder) and write what each answered to
+    ``results/rank<r>.json``."""
+    from minigpt import cli
+
+    cli.PEERS_GRACE_S = 0.0  # no other rank waits to print here: each row's refusal returns at once
+    set_trip_wires(setattr)
+    rank = os.environ.get("RANK", "0") if "TORCHELASTIC_RUN_ID" in os.environ else "0"
+    base = dict(os.environ)
+    answers = []
+    for module, argv, env, folder in json.loads(Path(rows_file).read_text()):
+        os.environ.clear()
+        os.environ.update(base)
+        for name in LAUNCHER if env is not None else ():
+            os.environ.pop(name, None)
+        os.environ.update(env or {})
+        os.chdir(folder)
+        before = sorted(str(p) for p in Path(folder).rglob("*"))
+        code, out, err = call(module, argv)
+        after = sorted(str(p) for p in Path(folder).rglob("*"))
+        answers.append({"code": code, "out": out, "err": err, "written": sorted(set(after) - set(before))})
+    os.environ.clear()
+    os.environ.update(base)
+    Path(results, f"rank{rank}.json").write_text(json.dumps(answers))
+
+
+def folders(tmp_path: Path, n: int) -> list[Path]:
+    made = []
+    for i in range(n):
+        folder = tmp_path / f"row{i}"
+        folder.mkdir(parents=True)
+        (folder / "a-file").write_text("a file, not a folder\n")
+        made.append(folder)
+    return made
+
+
+def python_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*LAUNCHER, *TORCHELASTIC)}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+DRIVER = [sys.executable, "-c", "import sys; from tests.test_bad_input import drive; drive(*sys.argv[1:])"]
+
+
+@pytest.mark.timeout(120)
+def test_the_launchers_environment_is_checked_before_any_process_group(tmp_path):
+    places = folders(tmp_path / "rows", len(ENV_ROWS))
+    rows = [(m, fill(a, f), env, str(f)) for (m, a, env, _), f in zip(ENV_ROWS, places)]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    proc = subprocess.run(
+        [*DRIVER, str(tmp_path / "rows.json"), str(tmp_path)],
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=limit(100),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answers = json.loads((tmp_path / "rank0.json").read_text())
+    assert len(answers) == len(ENV_ROWS)
+    for (module, argv, env, names), folder, answer in zip(ENV_ROWS, places, answers):
+        where = f"{module} {' '.join(argv)} with {env}"
+        check_refusal(where, answer["code"], answer["out"], answer["err"], fill(names, folder))
+        assert answer["written"] == [], f"{where}: wrote {answer['written']}"
+
+
+def torchrun(args: list[str], logs: Path, timeout_s: float, nproc: int = 2) -> tuple[subprocess.CompletedProcess, dict]:
+    """``torchrun --standalone --nproc_per_node=2 ARGS`` with each rank's stderr in its own file:
+    (the process, {rank: that rank's stderr}). torchrun's own report goes to the process's stderr."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "--log-dir",
+            str(logs),
+            "--redirects",
+            "3",
+            *args,
+        ],
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    ranks = {int(p.parent.name): p.read_text() for p in logs.rglob("stderr.log")}
+    return proc, ranks
+
+
+@pytest.mark.timeout(120)
+def test_under_torchrun_every_rank_refuses_with_its_rank(tmp_path):
+    """One torchrun of two ranks runs every row of TORCHRUN_ROWS on each rank (in-process): the
+    launcher's real environment, and each rank's own line."""
+    places = folders(tmp_path / "rows", len(TORCHRUN_ROWS))
+    rows = [(m, fill(a, f), None, str(f)) for (m, a, _), f in zip(TORCHRUN_ROWS, places)]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    proc, _ = torchrun(
+        ["-m", "tests.test_bad_input", str(tmp_path / "rows.json"), str(tmp_path)], tmp_path / "logs", limit(100)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        answers = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert len(answers) == len(TORCHRUN_ROWS)
+        for (module, argv, names), folder, answer in zip(TORCHRUN_ROWS, places, answers):
+            where = f"rank {rank}: {module} {' '.join(argv)}"
+            check_refusal(where, answer["code"], answer["out"], answer["err"], fill(names, folder))
+            assert answer["err"].startswith(f"[rank {rank}] "), f"{where}: {answer['err']}"
+            assert answer["written"] == [], f"{where}: wrote {answer['written']}"
+
+
+@pytest.mark.timeout(120)
+def test_a_real_torchrun_shows_every_ranks_line(tmp_path):
+    """The script itself under torchrun: a refusing rank makes torchrun stop the others, and still
+    every rank prints its line first. The path is rank 0's to write, and both ranks check it."""
+    (tmp_path / "a-file").write_text("a file, not a folder\n")
+    report = tmp_path / "a-file" / "r.json"
+    proc, ranks = torchrun(["lab/01_ddp.py", "--report", str(report)], tmp_path / "logs", limit(100))
+    assert proc.returncode != 0
+    assert sorted(ranks) == [0, 1], proc.stderr[-3000:]
+    for rank, err in ranks.items():
+        check_refusal(f"rank {rank}", 2, "", err, [f"[rank {rank}] lab/01_ddp.py: error: --report {report}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "logs"]
+
+
+@pytest.mark.timeout(180)
+def test_divergence_ends_every_rank_in_one_line(tmp_path):
+    """A learning rate that makes the loss nan: both ranks stop at the same step, each with one line
+    naming the step, the value and the setting to look at; no traceback."""
+    args = ["--lr", "1e6", "--steps", "20", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--warmup", "1"]
+    proc, ranks = torchrun(["lab/01_ddp.py", *args, "--batch-size", "16", "--quiet"], tmp_path / "logs", limit(150))
+    assert proc.returncode != 0
+    assert sorted(ranks) == [0, 1], proc.stderr[-3000:]
+    for rank, err in ranks.items():
+        lines = err.strip().splitlines()
+        assert "Traceback" not in err and len(lines) == 1, err[-3000:]
+        assert lines[0].startswith(f"[rank {rank}] lab/01_ddp.py: error: step 1: the loss is nan: training diverged")
+        assert "look at --lr 1e+06" in lines[0], lines[0]
+
+
+def test_the_trainers_divergence_names_the_weight_decay(tmp_path):
+    """Not always the learning rate: a weight decay that multiplies the weights by -29 each step."""
+    tiny = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "8", "--warmup", "1", "--quiet"]
+    out = tmp_path / "x.pt"
+    code, _, err = call("minigpt.train", [*tiny, "--steps", "30", "--weight-decay", "1e4", "--out", str(out)])
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "the loss is nan: training diverged" in err and "look at --weight-decay 10000" in err, err
+    assert "1 - lr x weight decay = -29" in err, err
+
+
+if __name__ == "__main__":  # each rank of the torchrun above
+    drive(*sys.argv[1:])
