@@ -83,7 +83,8 @@ def stop(prog: str, message: str, code: int = 1) -> int:
     """:func:`refuse`'s one line for a run that fails after it started (a diverged training:
     ``code`` 1); returns ``code``."""
     line = f"{rank_prefix()}{prog}: error: {message}"
-    print(line, file=sys.stderr, flush=True)
+    sys.stderr.write(line + "\n")  # one write: the ranks' lines do not interleave on a shared terminal
+    sys.stderr.flush()
     tell_torchrun(line)
     if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("WORLD_SIZE", "1").strip() not in ("0", "1"):
         # torchrun stops every worker as soon as one exits; the others, checking the same values a

@@ -12,20 +12,24 @@ step, in the order the values are made:
 3. the **weights** after the update.
 
 The first of them that is not finite raises :class:`Diverged`, whose text is the one line a
-script prints, e.g.::
+script prints, e.g. (``python -m minigpt.train --weight-decay 1e4`` on a model of one block)::
 
-    step 2: the loss is nan: training diverged (largest weight 0.42 at the start, 3.1e+29 before
-    this step); look at --lr 1e+30: AdamW moves every weight by up to about lr per step; lower it
-    (the default is 0.003)
+    step 8: the loss is nan: training diverged (largest weight 1 at the start, 3.43e+10 before this
+    step); look at --weight-decay 10000: with --lr 0.003, AdamW multiplies the weights by 1 - lr x
+    weight decay = -29 each step, which grows them once it is below -1; keep lr x weight decay well
+    below 1 (the default weight decay is 0.01)
 
 The likely cause is read from the run's settings: the learning rate is the usual one, not the only
 one. AdamW's decoupled weight decay multiplies the weights by ``1 - lr x weight_decay`` at every
-step, which grows them as soon as that product passes 2; with clipping off nothing bounds one step;
-SGD's momentum adds steps up.
+step, which grows them as soon as that product passes 2 (``--weight-decay 1e4`` above, or a huge
+learning rate with the default decay); with clipping off nothing bounds one step; SGD's momentum
+adds steps up.
 
 Under torchrun every rank checks its own values. Lab 01 hands it the loss averaged over the ranks,
 and data-parallel ranks hold the same weights and gradients, so every rank stops at the same step
-with the same line (with its rank).
+with the same line (with its rank). Labs 02 and 03 hand it each rank's own loss and the weights
+after the step (Lab 03's gathered in full); a nan in one rank's loss reaches every rank's weights
+through the averaged gradient in the same step, so every rank stops there too.
 """
 
 from __future__ import annotations
@@ -104,19 +108,18 @@ class Watch:
 def likely_cause(cfg) -> str:
     """Which setting to look at first, and why, from the run's config."""
     lr, wd = cfg.lr, cfg.weight_decay
-    decay = (
-        f"multiplies the weights by 1 - lr x weight decay = {1 - lr * wd:.3g} at every step, which grows "
-        f"them once it is below -1"
-    )
+    factor = f"1 - lr x weight decay = {1 - lr * wd:.3g}"
     if cfg.optimizer == "adamw" and lr * wd >= 1 and wd >= 1:
         if lr > 1:
             return (
                 f"look at --lr {lr:g} and --weight-decay {wd:g}: AdamW moves every weight by up to about lr "
-                f"per step, and its weight decay {decay}; lower both (the defaults are 0.003 and 0.01)"
+                f"per step, and its weight decay multiplies the weights by {factor} each step; lower both "
+                f"(the defaults are 0.003 and 0.01)"
             )
         return (
-            f"look at --weight-decay {wd:g}: with --lr {lr:g}, AdamW {decay}; keep lr x weight decay well "
-            f"below 1 (the default weight decay is 0.01)"
+            f"look at --weight-decay {wd:g}: with --lr {lr:g}, AdamW multiplies the weights by {factor} "
+            f"each step, which grows them once it is below -1; keep lr x weight decay well below 1 (the "
+            f"default weight decay is 0.01)"
         )
     if cfg.grad_clip == 0:
         return (
@@ -128,4 +131,9 @@ def likely_cause(cfg) -> str:
             f"look at --lr {lr:g}: SGD with --momentum {cfg.momentum:g} steps by up to about "
             f"lr / (1 - momentum) x the gradient; lower --lr (Lab 01's SGD run uses 0.1)"
         )
-    return f"look at --lr {lr:g}: AdamW moves every weight by up to about lr per step; lower it (the default is 0.003)"
+    # a large lr also makes the decay's factor large: say so, it is half of what grew the weights
+    also = f", and its weight decay multiplies them by {factor} each step" if lr * wd > 2 else ""
+    return (
+        f"look at --lr {lr:g}: AdamW moves every weight by up to about lr per step{also}; "
+        f"lower it (the default is 0.003)"
+    )

@@ -158,7 +158,10 @@ def test_cli_memory_and_comm_json_give_exact_bytes():
             ["memory", "--params", "1e9", "--dp", "8", "--stage", "2", "--offload-params"],
             "--offload-params needs stage 3",
         ),
-        (["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"], "--largest-layer -5: negative; give a number >= 0"),
+        (
+            ["memory", "--params", "1e9", "--dp", "8", "--largest-layer", "-5"],
+            "--largest-layer -5: negative; give a number >= 0",
+        ),
         (["simulate", "--workers", "0"], "--workers 0: zero; give a positive integer"),
     ],
 )
