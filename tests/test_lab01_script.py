@@ -108,19 +108,21 @@ def test_a_failed_rank_is_named_under_every_launcher(how, launcher):
         nodes = [one_torchrun(args)]
     else:
         nodes = [torchrun_node(0, port, args), torchrun_node(1, port, args)]
-    watched, seen = nodes[0], []
+    watched, printed, seen = nodes[0], [], []  # rank 0's progress bar (stdout) and errors (stderr)
+    threading.Thread(target=lambda: printed.extend(iter(lambda: watched.stdout.read(64), "")), daemon=True).start()
     threading.Thread(target=lambda: seen.extend(iter(lambda: watched.stderr.read(64), "")), daemon=True).start()
     try:
         deadline = time.monotonic() + limit(120)
-        while "loss=" not in "".join(seen) and time.monotonic() < deadline and watched.poll() is None:
+        while "loss=" not in "".join(printed) and time.monotonic() < deadline and watched.poll() is None:
             time.sleep(0.5)
-        assert "loss=" in "".join(seen), f"training never started: {''.join(seen)[-2000:]}"
+        assert "loss=" in "".join(printed), f"training never started: {''.join(seen)[-2000:]}"
         worker = sorted(children(nodes[-1].pid))[-1]  # rank 1: the last worker torchrun started
         os.kill(worker, how)
         failed_at = time.monotonic()
         while watched.poll() is None and time.monotonic() - failed_at < limit(60):
             if how == signal.SIGSTOP and "[rank 0] error:" in "".join(seen):
-                os.kill(worker, signal.SIGKILL)  # torchrun would wait 30 s for a stopped process
+                with contextlib.suppress(ProcessLookupError):  # torchrun would wait 30 s for it
+                    os.kill(worker, signal.SIGKILL)
             time.sleep(0.2)
         seconds = time.monotonic() - failed_at
         watched.wait(timeout=limit(60))
