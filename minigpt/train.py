@@ -23,21 +23,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
-import random
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from minigpt import cli, grammar
+from minigpt import checkpoints, cli, grammar
 from minigpt.model import GPTConfig, MiniGPT
 
 DEFAULT_CHECKPOINT = "out/minigpt.pt"
+FORMAT = "minigpt-checkpoint-1"
 
 
 @dataclass
@@ -218,31 +215,36 @@ def train_step(
 def save_checkpoint(
     path: str | Path, model: MiniGPT, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig
 ) -> None:
-    """Write the checkpoint atomically: a temporary file in the same folder, then a rename, so
-    a crash mid-write never leaves a truncated checkpoint under the real name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the checkpoint beside the old one and rename it into place
+    (:func:`minigpt.checkpoints.write_file`): a save killed at any moment leaves the previous
+    checkpoint whole, and its temporary file is removed by the next save.
+
+    Two runs with the same flags write byte-identical files, and so does a run stopped and
+    resumed. The only random state saved is torch's generator, which the run itself seeded
+    (:func:`build_model`) and which dropout draws from; numpy's and Python's global generators
+    are never drawn from here (the batches come from generators seeded by the step), and saving
+    them stored the entropy each process starts with, which differs from run to run. The state
+    is pickled through :func:`minigpt.checkpoints.canonical`, so its bytes depend on its content
+    only, not on whether this process read a checkpoint before.
+    """
     state = {
-        "format": "minigpt-checkpoint-1",
+        "format": FORMAT,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "step": step,  # optimizer steps done
         "train_config": asdict(cfg),
         "vocabulary": list(grammar.vocabulary()),
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        "rng": {"torch": torch.get_rng_state()},
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    checkpoints.write_file(path, lambda f: torch.save(checkpoints.canonical(state), f))
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`; ValueError if it is not one."""
+    """Read a checkpoint written by :func:`save_checkpoint` and check that it is consistent
+    before anything uses it: its format and keys, its training config (known keys, valid
+    values, a dtype this trainer knows), the step, and every tensor of the model and the
+    optimizer against the shapes and dtypes that config implies. ValueError (one line naming
+    the file and what is wrong) otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no checkpoint at {path}; train one with: python -m minigpt.train --out {path}")
@@ -250,14 +252,87 @@ def load_checkpoint(path: str | Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
         raise ValueError(f"{path} is not a readable MiniGPT checkpoint ({exc.__class__.__name__})") from exc
-    if not isinstance(state, dict) or state.get("format") != "minigpt-checkpoint-1":
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a MiniGPT checkpoint")
+    missing = [k for k in ("model", "optimizer", "step", "train_config", "vocabulary") if k not in state]
+    if missing:
+        raise ValueError(f"{path}: the checkpoint has no {', '.join(map(repr, missing))}")
     if state["vocabulary"] != list(grammar.vocabulary()):
         raise ValueError(f"{path} was trained with a different vocabulary than this minigpt.grammar")
+    cfg = _checked_config(path, state["train_config"])
+    step = state["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= cfg.steps:
+        raise ValueError(f"{path}: its step {step!r} is not a step count in 0..{cfg.steps} (its --steps)")
+    with torch.device("meta"):  # shapes and dtypes only: no memory, no initialisation cost
+        model = MiniGPT(cfg.model_config()).to(DTYPES[cfg.dtype])
+        optimizer = build_optimizer(model, cfg)
+    checkpoints.check_tensors(f"{path}: the model", state["model"], model.state_dict())
+    _check_optimizer(path, state["optimizer"], optimizer)
+    rng = state.get("rng", {}).get("torch") if isinstance(state.get("rng"), dict) else None
+    if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.shape == torch.get_rng_state().shape):
+        raise ValueError(f"{path}: its torch random state ('rng') is missing or not a generator state")
     return state
 
 
+def _checked_config(path: Path, saved: object) -> TrainConfig:
+    """The TrainConfig a checkpoint stores, if every key is known, present and of the right type,
+    and the values are valid (:func:`validate`)."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: its train_config is a {type(saved).__name__}, not a dictionary")
+    defaults = TrainConfig()
+    known = [f.name for f in fields(TrainConfig)]
+    unknown = [k for k in saved if k not in known]
+    if unknown:
+        raise ValueError(f"{path}: unknown config key {unknown[0]!r} (this trainer knows {', '.join(known)})")
+    missing = [k for k in known if k not in saved]
+    if missing:
+        raise ValueError(f"{path}: the config key {missing[0]!r} is missing")
+    for name, value in saved.items():
+        kind = type(getattr(defaults, name))
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else kind):
+            raise ValueError(f"{path}: the config's {name} is {value!r}, not a {kind.__name__}")
+    cfg = TrainConfig(**saved)
+    try:
+        validate(cfg)
+    except ValueError as exc:
+        raise ValueError(f"{path}: its config is not valid: {exc}") from None
+    return cfg
+
+
+def _check_optimizer(path: Path, saved: object, optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer state of a checkpoint against ``optimizer`` (built on the config's model):
+    the same parameter groups, and every per-parameter tensor (moments, momentum) shaped like its
+    parameter."""
+    expected = optimizer.state_dict()
+    where = f"{path}: the optimizer state"
+    if not (isinstance(saved, dict) and isinstance(saved.get("state"), dict) and "param_groups" in saved):
+        raise ValueError(f"{where} is not an optimizer state dict")
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or [g.get("params") if isinstance(g, dict) else None for g in groups] != [
+        g["params"] for g in expected["param_groups"]
+    ]:
+        raise ValueError(f"{where} has other parameter groups than --optimizer {optimizer.__class__.__name__}")
+    params = {
+        i: p
+        for g, eg in zip(optimizer.param_groups, expected["param_groups"])
+        for i, p in zip(eg["params"], g["params"])
+    }
+    for index, per_param in saved["state"].items():
+        if index not in params or not isinstance(per_param, dict):
+            raise ValueError(f"{where} holds a state for parameter {index!r}, which the model does not have")
+        for key, value in per_param.items():
+            if key == "step" or not isinstance(value, torch.Tensor):
+                continue
+            if value.shape != params[index].shape or value.dtype != params[index].dtype:
+                raise ValueError(
+                    f"{where}: {key} of parameter {index} is {tuple(value.shape)} "
+                    f"{str(value.dtype).removeprefix('torch.')}, its parameter "
+                    f"{tuple(params[index].shape)} {str(params[index].dtype).removeprefix('torch.')}"
+                )
+
+
 def model_from_checkpoint(state: dict) -> MiniGPT:
+    """The model of a checkpoint read by :func:`load_checkpoint` (which checked that it fits)."""
     cfg = TrainConfig(**state["train_config"])
     model = MiniGPT(cfg.model_config()).to(DTYPES[cfg.dtype])
     model.load_state_dict(state["model"])
@@ -361,9 +436,7 @@ def main(argv: list[str] | None = None) -> dict:
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])  # dropout's draws go on where they stopped
     end = args.stop_at or cfg.steps
     print(
         f"MiniGPT: {model.num_params():,} parameters | vocabulary {grammar.VOCAB_SIZE} | "

@@ -380,6 +380,18 @@ def ddp_versions(group) -> dict:
     return {"digests": grads}
 
 
+def peers_answering() -> dict:
+    """How a survivor finds which ranks on other machines still answer (minigpt.parallel.launch):
+    every rank but the last says "alive" through the rendezvous store; the last stays silent."""
+    from minigpt.parallel import launch
+
+    if RANK == WORLD - 1:
+        return {"alive": None}
+    ctx = launch.DistContext(RANK, RANK, WORLD, "gloo", torch.device("cpu"), limit(30))
+    alive = launch.peers_answering(ctx, wait_s=limit(3))
+    return {"alive": None if alive is None else sorted(alive)}
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
     torch.set_num_threads(1)
@@ -399,6 +411,7 @@ def main() -> None:
     for size, group in groups.items():
         if 2 <= size and RANK < size:
             record(f"ddp_against_torch_{size}", partial(ddp_against_torch, group, size))
+    record("peers_answering", peers_answering)
     # the scenarios that can leave ranks out of step: own groups, short timeouts, last
     risky = [group_of(2, timeout_s=8.0) for _ in range(2)]
     if RANK < 2:

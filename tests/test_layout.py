@@ -26,7 +26,7 @@ ROOMS = {"parallel": "mechanisms", "zero": "mechanisms", "fsdp": "mechanisms", "
 
 
 def room_of(path: Path) -> str:
-    """core, mechanisms, runners, pages or shared (cli, impl) for a module of the package."""
+    """core, mechanisms, runners, pages or shared (cli, impl, checkpoints) for a module of the package."""
     parts = path.relative_to(PACKAGE).parts
     if len(parts) > 1:
         return ROOMS[parts[0]]
@@ -52,7 +52,7 @@ def room_of_name(name: str) -> str | None:
         return None
     if parts[1] in ROOMS:
         return ROOMS[parts[1]]
-    return "core" if parts[1] in CORE else "shared" if parts[1] in ("cli", "impl") else None
+    return "core" if parts[1] in CORE else "shared" if parts[1] in ("cli", "impl", "checkpoints") else None
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)

@@ -20,7 +20,6 @@ process group (normally 2 ranks, gloo on CPU):
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from minigpt import checkpoints
 from minigpt.fsdp.memory import PeakMemory, local_tensor
 from minigpt.fsdp.practice import (
     forward_backward,
@@ -241,21 +241,16 @@ def gradient_clipping(cfg: TrainConfig, ctx: DistContext, steps: int = 3) -> dic
 SHARDED_DIR = "sharded"  # the DCP folder: one file per rank and a .metadata index
 FULL_FILE = "full.pt"  # the gathered state dict, written by rank 0
 PROBE_FILE = "probe-logits.pt"  # the saving run's logits on the probe batch
+LOAD_REPORT = "load-report.json"  # what the world-1 load measured, written beside the checkpoint
+# the files a checkpoint folder may hold and still be replaced by a new save: the world-1 load's
+# report, and the layout of a folder written before checkpoints had a completion marker
+REPLACEABLE = (LOAD_REPORT, f"{SHARDED_DIR}/.metadata", f"{SHARDED_DIR}/__*_*.distcp", FULL_FILE, PROBE_FILE)
 
 
 def disk_layout(path: Path) -> list[dict]:
     """The files of a checkpoint (a folder or one file), each with its size in bytes."""
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return [{"file": str(p.relative_to(path.parent)), "bytes": p.stat().st_size} for p in files]
-
-
-def _fresh_folder(folder: Path) -> None:
-    """Empty ``folder`` for a new DCP checkpoint; refuse to touch a folder that is not one."""
-    if folder.exists():
-        if any(folder.iterdir()) and not (folder / ".metadata").exists():
-            raise ValueError(f"{folder} exists and is not a DCP checkpoint; not overwriting it")
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
 
 
 def save_checkpoints(cfg: TrainConfig, ctx: DistContext, out_dir: str | Path, steps: int = 3) -> dict:
@@ -267,6 +262,12 @@ def save_checkpoints(cfg: TrainConfig, ctx: DistContext, out_dir: str | Path, st
       (every tensor gathered, kept on rank 0 only, on the CPU) and ``torch.save`` on rank 0.
 
     The peak of each save is measured on every rank. Rank 0 also writes the probe logits.
+
+    ``out_dir`` is one checkpoint: ``sharded/``, ``full.pt``, ``probe-logits.pt`` and the
+    completion marker ``complete.json`` (:mod:`minigpt.checkpoints`). Nothing is written into
+    it: rank 0 makes a new folder beside it, every rank writes there, and when every file is
+    written rank 0 seals it and swaps it in. A rank that dies mid-save leaves the previous
+    checkpoint as it was, and an unfinished folder beside it that the next save removes.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -276,23 +277,30 @@ def save_checkpoints(cfg: TrainConfig, ctx: DistContext, out_dir: str | Path, st
     for s in range(steps):
         step(model, optimizer, s, cfg, ctx)
     logits = probe_logits(model, equivalence.probe_batch(block_size=cfg.block_size).to(ctx.device))
+    new: list[str | None] = [None]
     if ctx.rank == 0:
-        _fresh_folder(out_dir / SHARDED_DIR)
-        torch.save(logits.cpu(), out_dir / PROBE_FILE)
-    dist.barrier()
+        checkpoints.replaceable(out_dir, REPLACEABLE)
+        new[0] = str(checkpoints.new_folder(out_dir))
+        (Path(new[0]) / SHARDED_DIR).mkdir()
+        torch.save(logits.cpu(), Path(new[0]) / PROBE_FILE)
+    dist.broadcast_object_list(new, src=0)  # every rank writes into the folder rank 0 made
+    tmp = Path(new[0])
     with PeakMemory(ctx.device) as sharded_save:
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=out_dir / SHARDED_DIR)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / SHARDED_DIR)
     del model_sd, optim_sd
     with PeakMemory(ctx.device) as full_save:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
         if ctx.rank == 0:
-            torch.save({"model": model_sd, "optimizer": optim_sd}, out_dir / FULL_FILE)
+            torch.save({"model": model_sd, "optimizer": optim_sd}, tmp / FULL_FILE)
     del model_sd, optim_sd
     peaks: list[dict | None] = [None] * ctx.world_size
     dist.all_gather_object(peaks, {"sharded": sharded_save.peak_bytes, "full": full_save.peak_bytes})
-    dist.barrier()  # every file is written
+    dist.barrier()  # every file is written (dcp.save returns after every rank wrote its file)
+    if ctx.rank == 0:
+        checkpoints.commit_folder(tmp, out_dir)
+    dist.barrier()  # the new checkpoint is in place
     return {
         "world_size": ctx.world_size,
         "steps": steps,
@@ -321,6 +329,17 @@ def dcp_index(folder: Path) -> dict:
     }
 
 
+def _first_line(exc: BaseException) -> str:
+    """``Type: the first sentence`` of an exception; for DCP's CheckpointException (which wraps
+    what failed on each rank, traceback included), that of the first rank's error."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        exc = next(iter(failures.values()))[0]
+    text = str(exc).strip()
+    first = text.splitlines()[0].split(". ")[0] if text else ""
+    return f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
 def load_resharded(cfg: TrainConfig, out_dir: str | Path) -> dict:
     """In a world of one: read the sharded checkpoint into a plain (unsharded) MiniGPT and its
     AdamW, and compare with what the saving run wrote.
@@ -328,25 +347,66 @@ def load_resharded(cfg: TrainConfig, out_dir: str | Path) -> dict:
     The model starts from other weights (seed + 1) so that only the load can make it right.
     ``max_logit_difference``: against the saving run's probe logits; ``max_weight_difference``
     and ``max_optimizer_difference``: against the full state dict.
+
+    Before anything is read the checkpoint is checked: the completion marker, every file it
+    lists (size and SHA-256), the tensors of the DCP index and of ``full.pt`` against the model
+    ``cfg`` describes, the probe logits' shape. Anything wrong is a ValueError of one line that
+    names the file.
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    out_dir = Path(out_dir)
+    given = Path(out_dir)
+    out_dir = checkpoints.recover(given)  # a save killed between its two renames is finished here
+    if out_dir is None:
+        raise ValueError(
+            f"no checkpoint in {given}; save one first (the world-2 part: torchrun "
+            f"--nproc_per_node=2 lab/03_fsdp_practice.py --only checkpoint --out-dir {given})"
+        )
+    checkpoints.check_folder(out_dir, required=(f"{SHARDED_DIR}/.metadata", FULL_FILE, PROBE_FILE))
     folder = out_dir / SHARDED_DIR
-    if not (folder / ".metadata").exists():
-        raise ValueError(f"no sharded checkpoint in {folder}; save one first (the world-2 part)")
     model = build_model(replace(cfg, seed=cfg.seed + 1))
     optimizer = build_optimizer(model, cfg)
     model_sd, optim_sd = get_state_dict(model, optimizer)  # the shapes DCP fills in, unsharded
+    try:
+        metadata = dcp.FileSystemReader(folder).read_metadata()
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - one line that names the file
+        raise ValueError(f"{folder / '.metadata'}: DCP cannot read it ({_first_line(exc)})") from None
+    index = {
+        k.removeprefix("model."): m
+        for k, m in metadata.state_dict_metadata.items()
+        if k.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
+    checkpoints.check_tensors(
+        f"{folder} (its index)",
+        {k: _Described(m.size, m.properties.dtype) for k, m in index.items()},
+        model_sd,
+        model="the lab's MiniGPT",
+    )
     state = {"model": model_sd, "optimizer": optim_sd}
-    dcp.load(state, checkpoint_id=folder)
+    try:
+        dcp.load(state, checkpoint_id=folder)
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - CheckpointException is a BaseException
+        raise ValueError(f"{folder}: DCP cannot load it into MiniGPT and AdamW ({_first_line(exc)})") from None
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    saved_logits = torch.load(out_dir / PROBE_FILE)
     logits = probe_logits(model, equivalence.probe_batch(block_size=cfg.block_size))
-    full = torch.load(out_dir / FULL_FILE, weights_only=False)
+    saved_logits = _load(out_dir / PROBE_FILE)
+    if not isinstance(saved_logits, torch.Tensor) or saved_logits.shape != logits.shape:
+        raise ValueError(
+            f"{out_dir / PROBE_FILE}: not the probe logits of this model (a tensor of shape {tuple(logits.shape)})"
+        )
+    full = _load(out_dir / FULL_FILE)
+    if not (isinstance(full, dict) and isinstance(full.get("optimizer"), dict) and "state" in full["optimizer"]):
+        raise ValueError(f"{out_dir / FULL_FILE}: not a full state dict (a dictionary of 'model' and 'optimizer')")
     weights = model.state_dict()
+    checkpoints.check_tensors(f"{out_dir / FULL_FILE}: the model", full.get("model"), weights, "the lab's MiniGPT")
     loaded_optim = get_state_dict(model, optimizer)[1]["state"]
+    for name, st in full["optimizer"]["state"].items():
+        checkpoints.check_tensors(
+            f"{out_dir / FULL_FILE}: the optimizer state of {name}", st, loaded_optim.get(name, {}), "AdamW"
+        )
     return {
         "max_logit_difference": float((logits - saved_logits).abs().max()),
         "max_weight_difference": max(float((weights[k] - v).abs().max()) for k, v in full["model"].items()),
@@ -361,3 +421,18 @@ def load_resharded(cfg: TrainConfig, out_dir: str | Path) -> dict:
             != full["model"]["lm_head.weight"].untyped_storage().data_ptr()
         ),
     }
+
+
+class _Described:
+    """A tensor known by its shape and dtype only (an entry of a DCP index)."""
+
+    def __init__(self, shape, dtype) -> None:
+        self.shape, self.dtype = tuple(shape), dtype
+
+
+def _load(path: Path) -> object:
+    """``torch.load`` of a file of the checkpoint, any failure one line naming it."""
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{path}: not readable by torch.load ({_first_line(exc)})") from None

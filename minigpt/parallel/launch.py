@@ -9,6 +9,19 @@ started with plain ``python`` has none of them and runs as a world of one.
 every collective obeys, and returns a :class:`DistContext`. :func:`log` prefixes every line with
 the rank. :func:`fail` ends a rank with a message that names it, so a failure on one machine is
 never a silent hang on another.
+
+When a rank fails (killed, crashed, frozen), the others must say *which* one, in one line, under
+every launcher. A survivor learns it from the failed collective only as "connection closed by
+peer 127.0.0.1:port" or a timeout, so :func:`init` has every rank note where its peers run
+(host and process id) and :func:`failed_peers` looks at them when something goes wrong: a peer on
+this machine whose process is gone (or a zombie) died; one whose process is stopped is frozen; a
+peer on another machine is asked through the rendezvous store (:func:`peers_answering`). Two
+rules keep torchrun's own report honest (its "Root Cause" is the first rank *it* saw fail):
+
+* a survivor that sees a peer on its machine die prints its line and then waits a few seconds
+  for torchrun to stop it, instead of exiting with an error that torchrun would blame on it;
+* a survivor stopped by torchrun (SIGTERM) says so in one line, naming the rank that failed
+  first when it can tell.
 """
 
 from __future__ import annotations
@@ -17,7 +30,11 @@ import datetime
 import gc
 import json
 import os
+import re
+import signal
+import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +44,12 @@ import torch.distributed as dist
 from minigpt import cli
 
 DEFAULT_TIMEOUT_S = 30.0
+STOP_GRACE_S = 5.0  # how long a survivor waits for torchrun to stop it after a local peer died
+
+# where every rank of this run lives: [(host, pid)] by rank, filled by init() (world size > 1)
+_PEERS: list[tuple[str, int]] = []
+_CTX: DistContext | None = None
+_REPORTED = False  # this rank has already printed why it stops
 
 
 @dataclass(frozen=True)
@@ -82,12 +105,99 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
             timeout=datetime.timedelta(seconds=timeout_s),
             **({"device_id": device} if backend == "nccl" else {}),
         )
+        _note_peers(rank, world_size)
     else:  # plain python: a world of one over a private store, so collectives still work
         store = dist.HashStore()
         dist.init_process_group(
             backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
         )
-    return DistContext(rank, local_rank, world_size, backend, device, timeout_s)
+    ctx = DistContext(rank, local_rank, world_size, backend, device, timeout_s)
+    global _CTX
+    _CTX = ctx
+    if world_size > 1:
+        signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    return ctx
+
+
+def _note_peers(rank: int, world_size: int) -> None:
+    """Every rank learns every rank's (host, pid): one small all-gather at start-up."""
+    global _PEERS
+    peers: list = [None] * world_size
+    dist.all_gather_object(peers, (socket.gethostname(), os.getpid()))
+    _PEERS = [tuple(p) for p in peers]
+
+
+def _process_state(pid: int) -> str:
+    """``"gone"``, ``"zombie"`` (exited, not yet collected by its launcher), ``"stopped"`` (SIGSTOP)
+    or ``"running"``, from /proc (Linux); ``"running"`` where /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "running"
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return {"Z": "zombie", "X": "gone", "T": "stopped", "t": "stopped"}.get(state, "running")
+
+
+def peers_answering(ctx: DistContext, wait_s: float) -> set[int] | None:
+    """The ranks that say "alive" through the rendezvous store within ``wait_s`` seconds (each
+    survivor of a failed collective calls this, so the survivors find each other), or None when
+    the store cannot be reached. Used for peers on other machines, whose processes we cannot see."""
+    try:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            is_master=False,
+            timeout=datetime.timedelta(seconds=max(wait_s, 1.0)),
+        )
+        prefix = f"minigpt/alive/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
+        store.set(f"{prefix}{ctx.rank}", "1")
+        deadline = time.monotonic() + wait_s
+        alive = {ctx.rank}
+        while time.monotonic() < deadline and len(alive) < ctx.world_size:
+            alive |= {r for r in range(ctx.world_size) if r not in alive and store.check([f"{prefix}{r}"])}
+            time.sleep(0.1)
+        return alive
+    except (KeyError, ValueError, RuntimeError, dist.DistError):
+        return None
+
+
+def failed_peers(ctx: DistContext, ask_store_s: float = 0.0) -> dict[int, str]:
+    """The peers that failed, as ``{rank: "died" | "is frozen" | "stopped answering"}``: the
+    processes on this machine are looked at directly; with ``ask_store_s`` > 0 the peers on other
+    machines that do not say "alive" through the store within that time are added too."""
+    here = socket.gethostname()
+    failed = {}
+    for rank, (host, pid) in enumerate(_PEERS):
+        if rank == ctx.rank or host != here:
+            continue
+        state = _process_state(pid)
+        if state in ("gone", "zombie"):
+            failed[rank] = "died"
+        elif state == "stopped":
+            failed[rank] = "is frozen (its process is stopped)"
+    remote = [r for r, (host, _) in enumerate(_PEERS) if host != here]
+    if remote and ask_store_s > 0:
+        alive = peers_answering(ctx, ask_store_s)
+        if alive is not None:
+            failed.update({r: "stopped answering" for r in remote if r not in alive})
+    return failed
+
+
+def _describe(failed: dict[int, str]) -> str:
+    return ", ".join(f"rank {r} {why}" for r, why in sorted(failed.items()))
+
+
+def _stopped_by_launcher(signum, frame) -> None:
+    """SIGTERM from torchrun: another rank failed and torchrun is stopping the rest. Say so in one
+    line (unless this rank already said why it stops) and exit at once."""
+    if not _REPORTED and _CTX is not None:
+        failed = failed_peers(_CTX)
+        first = f"{_describe(failed)} first" if failed else "another rank failed first (torchrun's report names it)"
+        print(f"[rank {_CTX.rank}] stopped by torchrun: {first}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(128 + signum)
 
 
 def log(ctx: DistContext | None, message: str, all_ranks: bool = False) -> None:
@@ -110,15 +220,36 @@ def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
 
 
 def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: float) -> None:
-    """End this rank after a collective failed: name the error and its likely cause (a peer that
-    died or stopped answering), so that every surviving rank stops with a message, never a hang."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    fail(
-        ctx,
-        f"{type(exc).__name__}: {first}\n  a peer rank probably died or stopped answering "
-        f"(collective timeout {timeout_s:g} s); the other ranks stop too",
-        code=1,
-    )
+    """End this rank after a collective failed, in one line that names the rank that failed (when
+    it can be told) and the error, so that every surviving rank stops with a message, never a hang.
+
+    If the failed peer is a process on this machine that died, torchrun will notice it within a
+    fraction of a second and stop this rank too: this rank waits for that (at most
+    :data:`STOP_GRACE_S`) rather than exit with an error of its own, so that torchrun's report blames
+    the rank that really failed."""
+    global _REPORTED
+    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", " ".join(str(exc).split()))  # gloo's source location
+    error = f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+    failed = failed_peers(ctx, ask_store_s=2.0) if ctx is not None else {}
+    rank = "?" if ctx is None else ctx.rank
+    if failed:
+        line = f"[rank {rank}] error: {_describe(failed)}; a collective failed ({error}); rank {rank} stops too"
+    else:
+        line = (
+            f"[rank {rank}] error: a collective failed ({error}); a peer rank probably died or stopped "
+            f"answering (collective timeout {timeout_s:g} s); rank {rank} stops too"
+        )
+    _REPORTED = True
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    cli.tell_torchrun(line)
+    if ctx is not None and "TORCHELASTIC_RUN_ID" in os.environ:
+        # the ranks this rank's own torchrun started (torchrun numbers each machine's ranks in a row)
+        first = ctx.rank - ctx.local_rank
+        same_launcher = range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        if any(why == "died" and r in same_launcher for r, why in failed.items()):
+            time.sleep(STOP_GRACE_S)  # torchrun's SIGTERM normally ends this rank long before
+    os._exit(1)
 
 
 def write_report(path: str | Path, report: dict, indent: int = 2) -> None:

@@ -79,7 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--report", metavar="FILE.json", help="write every measured number as JSON (rank 0)")
     p.add_argument(
-        "--out-dir", default=DEFAULT_OUT_DIR, help="folder the checkpoint demonstration writes (created if missing)"
+        "--out-dir",
+        default=DEFAULT_OUT_DIR,
+        help="the checkpoint folder the checkpoint demonstration writes: a new one is written beside it, "
+        "then replaces it whole (created if missing)",
     )
     p.add_argument("--timeout", type=cli.SECONDS, default=60.0, help="seconds a collective may wait for a peer")
     p.add_argument(
@@ -120,12 +123,8 @@ def check_args(args: argparse.Namespace) -> list[str]:
     out_dir = Path(args.out_dir)
     if not args.load_resharded and not args.render:  # every rank writes its shards there
         cli.output_dir(out_dir, "--out-dir")
-    sharded = out_dir / "sharded"
-    if "checkpoint" in names and sharded.is_dir() and any(sharded.iterdir()) and not (sharded / ".metadata").exists():
-        raise ValueError(
-            f"--out-dir {args.out_dir}: {sharded} holds files that are not a DCP checkpoint; "
-            f"give another folder (an old checkpoint there is replaced, anything else is not)"
-        )
+    if "checkpoint" in names and not args.load_resharded and not args.render:
+        check_out_dir(args.out_dir)
     if args.report and Path(args.report).suffix != ".json":
         raise ValueError(f"--report {args.report}: the report is JSON; give a file name ending in .json")
     if args.render:
@@ -134,6 +133,29 @@ def check_args(args: argparse.Namespace) -> list[str]:
         cli.need_world_size(world_size, 2, "FSDP shards across ranks")
         cli.divisible_by_world("--batch-size", args.batch_size, world_size)
     return [n for n in DEMOS if n in names]
+
+
+def check_out_dir(value: str) -> None:
+    """The checkpoint demonstration replaces ``--out-dir`` as a whole (the new checkpoint is
+    written beside it, then swapped in: :mod:`minigpt.checkpoints`), so the folder must hold
+    nothing but an earlier checkpoint, and the folder around it must take new files."""
+    out_dir = Path(value)
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        from minigpt import checkpoints
+        from minigpt.fsdp.sharded_state import REPLACEABLE
+
+        try:
+            checkpoints.replaceable(out_dir, REPLACEABLE)
+        except checkpoints.CheckpointError as exc:
+            raise ValueError(f"--out-dir {value}: {exc}") from None
+    if out_dir.exists():
+        try:
+            cli.output_dir(out_dir.resolve().parent, "--out-dir")
+        except cli.BadInput:
+            raise ValueError(
+                f"--out-dir {value}: the folder it is in, {out_dir.resolve().parent}, is not writable, "
+                f"and the new checkpoint is written there, beside the old one, before it replaces it"
+            ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,19 +248,20 @@ def load_half(args: argparse.Namespace) -> int:
     ctx = launch.init(args.timeout)
     try:
         result = sharded_state.load_resharded(TrainConfig(seed=args.seed), args.load_resharded)
-    except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # a missing or inconsistent checkpoint: one line, naming the file
+        return cli.refuse(PROG, str(exc))
     finally:
         launch.teardown()
     result["world_size"] = ctx.world_size
     print(table_load(result, "en"), flush=True)
-    (Path(args.load_resharded) / "load-report.json").write_text(json.dumps(result, indent=2) + "\n")
+    (Path(args.load_resharded) / sharded_state.LOAD_REPORT).write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["max_logit_difference"] == 0.0 else 1
 
 
 def start_load_half(args: argparse.Namespace) -> dict:
     """Rank 0, after the process group is gone: run the world-1 half in a new process."""
+    from minigpt.fsdp.sharded_state import LOAD_REPORT
+
     command = [sys.executable, str(SCRIPT), "--load-resharded", args.out_dir, "--seed", str(args.seed)]
     print(
         f"\n## checkpoint, second half: a new process, world size 1\n\n$ python {PROG} "
@@ -246,7 +269,7 @@ def start_load_half(args: argparse.Namespace) -> dict:
         flush=True,
     )
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and not k.startswith("TORCHELASTIC")}
-    report_file = Path(args.out_dir) / "load-report.json"
+    report_file = Path(args.out_dir) / LOAD_REPORT
     report_file.unlink(missing_ok=True)  # from an earlier run
     done = subprocess.run(command, env=env, timeout=300)
     if done.returncode not in (0, 1) or not report_file.exists():
