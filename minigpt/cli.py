@@ -32,7 +32,7 @@ What is checked, and where it is defined once for every script:
   writing anything; :func:`make_parents` creates the missing folders when the work starts. A missing
   parent folder is created (as users expect); a path under a regular file, an existing folder
   where a file is wanted (or a file where a folder is wanted), and a folder this process may not
-  write into are refused. :func:`input_file` and :func:`input_dir` check what a script reads.
+  write into are refused. :func:`input_file` and :func:`input_json` check what a script reads.
 """
 
 from __future__ import annotations
@@ -406,16 +406,6 @@ def input_json(value: str | os.PathLike, flag: str, keys: tuple[str, ...], examp
         raise BadInput(
             f"{flag} {value}: not a result of this script (no {', '.join(map(repr, missing))}); give e.g. {example}"
         )
-    return path
-
-
-def input_dir(value: str | os.PathLike, flag: str) -> Path:
-    """Check a folder a script will read: it must exist and be a folder."""
-    path = Path(value)
-    if not path.exists():
-        raise BadInput(f"{flag} {value}: no such folder")
-    if not path.is_dir():
-        raise BadInput(f"{flag} {value}: is a file, not a folder")
     return path
 
 

@@ -35,14 +35,27 @@ through the averaged gradient in the same step, so every rank stops there too.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 from collections.abc import Iterable
 
 import torch
+
+from minigpt import cli
 
 
 class Diverged(FloatingPointError):
     """A value of the training became nan or inf; ``str(exc)`` is the line to print after
     ``prog: error:``."""
+
+
+def stop(prog: str, exc: Diverged) -> int:
+    """Print ``exc``'s line as this rank's last word (:func:`minigpt.cli.stop`, exit status 1, which
+    it returns). Under torchrun, the first rank to exit makes torchrun stop the others with SIGTERM:
+    from here on that signal ends this rank quietly, since its line already says why it stops."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return cli.stop(prog, str(exc))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

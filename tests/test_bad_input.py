@@ -138,7 +138,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (PRACTICE, ["--only", "wrap,nope"], ["--only", "nope"]),
     (PRACTICE, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
-    (PRACTICE, ["--load-resharded", "{tmp}/none"], ["--load-resharded {tmp}/none", "no such folder"]),
+    (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables
     (PAGES, ["--tables-dir", "{file}"], ["--tables-dir {file}"]),
     (PAGES, ["--no-such-option"], ["--no-such-option"]),
@@ -165,6 +165,12 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     (PRACTICE, [], {"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["RANK=x"]),
     (PRACTICE, [], {}, ["world size 1", "--nproc_per_node=2"]),
     (PRACTICE, ["--batch-size", "63"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--batch-size 63"]),
+    (
+        PRACTICE,
+        ["--load-resharded", "{tmp}/checkpoints"],
+        {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"},
+        ["--load-resharded {tmp}/checkpoints", "WORLD_SIZE=2"],
+    ),
     (BENCH, ["--out", "{tmp}/out"], {}, ["world size 1", "--nproc_per_node=2"]),
     (BENCH, ["--out", "{tmp}/out"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
 ]

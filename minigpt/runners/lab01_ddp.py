@@ -31,7 +31,7 @@ from dataclasses import fields, replace
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, grammar, impl
+from minigpt import cli, divergence, grammar, impl
 from minigpt.divergence import Diverged, Watch
 from minigpt.parallel import equivalence, launch
 from minigpt.train import DTYPES, OPTIMIZERS, RULES, TrainConfig, build_model, build_optimizer, train_step, validate
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = train(cfg, args, ctx)
     except Diverged as exc:  # every rank sees the same averaged loss: all stop at the same step
-        code = cli.stop(PROG, str(exc))
+        code = divergence.stop(PROG, exc)
         launch.teardown()
         return code
     except NotImplementedError as exc:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from minigpt import cli
+from minigpt import cli, divergence
 from minigpt.divergence import Diverged, Watch
 from minigpt.parallel import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = measure(variants, cfg, args, ctx)
     except Diverged as exc:
-        code = cli.stop(PROG, str(exc))
+        code = divergence.stop(PROG, exc)
         launch.teardown()
         return code
     except (RuntimeError, dist.DistError) as exc:

@@ -111,13 +111,11 @@ def check_args(args: argparse.Namespace) -> list[str]:
             f"choose from {', '.join(DEMOS)}"
         )
     _, _, world_size = cli.launcher_env()  # what launch.torchrun_env reads, without importing torch
-    if args.load_resharded:
-        if world_size != 1:
-            raise cli.BadInput(
-                f"--load-resharded {args.load_resharded}: reads the checkpoint in a world of one; run it with "
-                f"plain python, not under torchrun (WORLD_SIZE={world_size})"
-            )
-        cli.input_dir(args.load_resharded, "--load-resharded")
+    if args.load_resharded and world_size != 1:  # what the folder holds is checked when it is read
+        raise cli.BadInput(
+            f"--load-resharded {args.load_resharded}: reads the checkpoint in a world of one; run it with "
+            f"plain python, not under torchrun (WORLD_SIZE={world_size})"
+        )
     if args.report:  # rank 0 writes the report; every rank checks it, so that every rank refuses
         cli.output_file(args.report, "--report")
     out_dir = Path(args.out_dir)

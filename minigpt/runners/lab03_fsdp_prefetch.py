@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt import cli, grammar
+from minigpt import cli, divergence, grammar
 from minigpt.divergence import Diverged, Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = run(names, cfg, args, ctx)
     except Diverged as exc:
-        code = cli.stop(PROG, str(exc))
+        code = divergence.stop(PROG, exc)
         launch.teardown()
         return code
     except (RuntimeError, dist.DistError) as exc:
