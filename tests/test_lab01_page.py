@@ -269,3 +269,27 @@ def test_accumulation_is_the_two_rank_run_bit_for_bit(pages):
         report = result(name)
         assert report["bit_identical_to_micro_batches"] and report["max_micro_batch_drift"] == 0.0, name
     assert "at exactly the same step" in pages["en"] and "exactamente en el mismo paso" in pages["es"]
+
+
+def test_the_failures_section_quotes_the_launch_code(pages):
+    """Section 9's numbers: how long a survivor waits to be stopped (launch.STOP_GRACE_S), how
+    often torchrun looks at its workers (its --monitor-interval default), and the exit status of a
+    rank torchrun stopped (128 + SIGTERM)."""
+    import signal
+
+    from torch.distributed.run import get_args_parser
+
+    from minigpt.parallel import launch
+
+    interval = get_args_parser().parse_args(["lab/01_ddp.py"]).monitor_interval
+    for lang, said in {
+        "en": [f"(at most {launch.STOP_GRACE_S:g} s)", f"(every {interval:g} s)", f"exit code {128 + signal.SIGTERM}"],
+        "es": [
+            f"(como mucho {launch.STOP_GRACE_S:g} s)",
+            f"(cada {str(interval).replace('.', ',')} s)",
+            f"salida {128 + signal.SIGTERM}",
+        ],
+    }.items():
+        text = " ".join(pages[lang].split())
+        for words in said:
+            assert words in text, f"{PAGES[lang].name} should say {words!r}"

@@ -35,15 +35,18 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from minigpt import cli
+from minigpt import cli, divergence
 
 DEFAULT_TIMEOUT_S = 30.0
+T = TypeVar("T")
 STOP_GRACE_S = 5.0  # how long a survivor waits for torchrun to stop it after a local peer died
 
 # where every rank of this run lives: [(host, pid)] by rank, filled by init() (world size > 1)
@@ -213,9 +216,13 @@ def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
     The process group is not torn down politely (a peer may be gone, and a polite tear-down
     would wait for it); the process exits at once and its peers see the connection close.
     """
+    global _REPORTED
     rank = "?" if ctx is None else ctx.rank
-    print(f"[rank {rank}] error: {message}", file=sys.stderr, flush=True)
+    line = f"[rank {rank}] error: {message}"
+    _REPORTED = True
+    print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
+    cli.tell_torchrun(line)
     os._exit(code)
 
 
@@ -250,6 +257,28 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
         if any(why == "died" and r in same_launcher for r, why in failed.items()):
             time.sleep(STOP_GRACE_S)  # torchrun's SIGTERM normally ends this rank long before
     os._exit(1)
+
+
+def run(ctx: DistContext, prog: str, work: Callable[[], T]) -> T:
+    """This rank's part of a lab: ``work()``'s result, or an end in one line when it cannot finish.
+
+    Every runner calls it right after :func:`init`, so that every lab ends a failed run the same
+    way: a stub of the learner's not written yet (``NotImplementedError``: the exercise it names),
+    a training that diverged (:mod:`minigpt.divergence`: the step, the value, the setting to look
+    at; ``SystemExit`` with status 1 after a clean tear-down), a value error of this rank (its
+    message), or a failed collective (:func:`fail_collective`: the rank that failed first)."""
+    try:
+        return work()
+    except divergence.Diverged as exc:  # every rank sees the same values: all stop at the same step
+        code = divergence.stop(prog, exc)
+        teardown()
+        raise SystemExit(code) from None
+    except NotImplementedError as exc:  # before RuntimeError, which it is a kind of
+        fail(ctx, f"{exc} (your code in lab/exercises/ is not written yet)")
+    except ValueError as exc:
+        fail(ctx, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+    except (RuntimeError, dist.DistError) as exc:
+        fail_collective(ctx, exc, ctx.timeout_s)
 
 
 def write_report(path: str | Path, report: dict, indent: int = 2) -> None:

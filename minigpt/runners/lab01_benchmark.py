@@ -339,11 +339,11 @@ def main(argv: list[str] | None = None) -> int:
         "ablation_cap_mb": ABLATION_CAP_MB,
     }
     if "minigpt" in args.parts:
-        result.update(measure_minigpt(args, ctx))
+        result.update(launch.run(ctx, PROG, lambda: measure_minigpt(args, ctx)))
     if "shapes" in args.parts:
-        result["shapes"] = measure_shapes(args, ctx)
+        result["shapes"] = launch.run(ctx, PROG, lambda: measure_shapes(args, ctx))
     if "ablation" in args.parts:
-        result["ablation"] = measure_ablation(args, ctx)
+        result["ablation"] = launch.run(ctx, PROG, lambda: measure_ablation(args, ctx))
     if ctx.is_main:
         out = cli.make_parents(args.out, is_dir=True)
         path = out / f"01-benchmark-{'gpu' if ctx.device.type == 'cuda' else 'cpu'}.json"

@@ -31,8 +31,8 @@ from dataclasses import fields, replace
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, divergence, grammar, impl
-from minigpt.divergence import Diverged, Watch
+from minigpt import cli, grammar, impl
+from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch
 from minigpt.train import DTYPES, OPTIMIZERS, RULES, TrainConfig, build_model, build_optimizer, train_step, validate
 
@@ -249,16 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.impl:
         os.environ[impl.ENV_VAR] = args.impl
     ctx = launch.init(args.timeout)
-    try:
-        result = train(cfg, args, ctx)
-    except Diverged as exc:  # every rank sees the same averaged loss: all stop at the same step
-        code = divergence.stop(PROG, exc)
-        launch.teardown()
-        return code
-    except NotImplementedError as exc:
-        launch.fail(ctx, f"{exc} (your code in lab/exercises/ is not written yet)", code=1)
-    except (RuntimeError, dist.DistError) as exc:
-        launch.fail_collective(ctx, exc, args.timeout)
+    result = launch.run(ctx, PROG, lambda: train(cfg, args, ctx))
     launch.teardown()
     return 0 if result["passed"] else 1
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, divergence
-from minigpt.divergence import Diverged, Watch
+from minigpt import cli
+from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
@@ -313,14 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli.refuse(PROG, str(exc))
     ctx = launch.init(args.timeout)
     cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
-    try:
-        results = measure(variants, cfg, args, ctx)
-    except Diverged as exc:
-        code = divergence.stop(PROG, exc)
-        launch.teardown()
-        return code
-    except (RuntimeError, dist.DistError) as exc:
-        launch.fail_collective(ctx, exc, args.timeout)
+    results = launch.run(ctx, PROG, lambda: measure(variants, cfg, args, ctx))
     psi = build_model(cfg).num_params()
     report = {
         "world_size": ctx.world_size,

@@ -171,15 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.load_resharded:
         return load_half(args)
     ctx = launch.init(args.timeout)
-    try:
-        report = run(names, args, ctx)
-    except (RuntimeError, ValueError) as exc:
-        launch.fail(
-            ctx,
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n  if that is a "
-            f"collective's error, a peer rank probably died or stopped answering (collective "
-            f"timeout {args.timeout:g} s); the other ranks stop too",
-        )
+    report = launch.run(ctx, PROG, lambda: run(names, args, ctx))
     launch.teardown()
     if ctx.rank != 0:
         return 0

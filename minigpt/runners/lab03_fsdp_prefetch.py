@@ -62,8 +62,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt import cli, divergence, grammar
-from minigpt.divergence import Diverged, Watch
+from minigpt import cli, grammar
+from minigpt.divergence import Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
 from minigpt.model import MiniGPT
@@ -302,14 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:
         return cli.refuse(PROG, str(exc))
     ctx = launch.init(args.timeout)
-    try:
-        report = run(names, cfg, args, ctx)
-    except Diverged as exc:
-        code = divergence.stop(PROG, exc)
-        launch.teardown()
-        return code
-    except (RuntimeError, dist.DistError) as exc:
-        launch.fail_collective(ctx, exc, args.timeout)
+    report = launch.run(ctx, PROG, lambda: run(names, cfg, args, ctx))
     launch.teardown()
     return 0 if report["passed"] else 1
 
