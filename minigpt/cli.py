@@ -129,6 +129,20 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(refuse(self.name, argparse_message(message)))
 
 
+def torchrun_parser(script: str, doc: str, nproc: str = "N") -> ArgumentParser:
+    """The parser of a lab script started with torchrun: ``--help`` shows the command
+    (``torchrun --nproc_per_node=N lab/01_ddp.py``), the first line of the runner's docstring, every
+    default, and what to read in torchrun's failure report (:data:`TORCHRUN_EPILOG`); an error
+    names the script."""
+    return ArgumentParser(
+        prog=f"torchrun --nproc_per_node={nproc} {script}",
+        name=script,
+        description=doc.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=TORCHRUN_EPILOG,
+    )
+
+
 def argparse_message(message: str) -> str:
     """argparse's ``argument --x: ...`` rewritten as ``--x VALUE: why; what is valid``."""
     found = re.fullmatch(r"argument ([^:]+): (.*)", message, flags=re.DOTALL)

@@ -1,16 +1,8 @@
 """Read PyTorch's FSDP prefetch code, straight from the installed torch, with our notes beside it.
 
 This module finds the lines; :mod:`minigpt.pages.lab03_reading` lays them out (for a terminal and
-for the site) and ``python lab/03_fsdp_reading.py`` (:mod:`minigpt.runners.lab03_fsdp_reading`) is the
-command:
-
-    python lab/03_fsdp_reading.py                  # the whole reading, in English
-    python lab/03_fsdp_reading.py --lang es        # en español
-    python lab/03_fsdp_reading.py --section fsdp1-rate-limiter
-    python lab/03_fsdp_reading.py --key fsdp2.unshard.pending
-    python lab/03_fsdp_reading.py --list           # sections and keys (does not import torch)
-    python lab/03_fsdp_reading.py --check          # is every anchor still where the notes say?
-    python lab/03_fsdp_reading.py --markdown build/tables/fsdp-reading-en.md [--lang es]
+for the site) and ``python lab/03_fsdp_reading.py`` (:mod:`minigpt.runners.lab03_fsdp_reading`,
+whose docstring lists its options) is the command.
 
 How a note finds its line. An :class:`~minigpt.fsdp.annotations.Annotation` names a module, a
 function inside it and an anchor, a few tokens of one line. :func:`locate` imports the module,

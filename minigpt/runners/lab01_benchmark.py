@@ -285,13 +285,7 @@ def measure_ablation(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cli.ArgumentParser(
-        prog=f"torchrun --nproc_per_node=2 {PROG}",
-        name=PROG,
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog=cli.TORCHRUN_EPILOG,
-    )
+    p = cli.torchrun_parser(PROG, __doc__, nproc="2")
     p.add_argument("--steps", type=cli.POSITIVE_INT, default=8, help="timed steps per contender per round")
     p.add_argument("--repeats", type=cli.POSITIVE_INT, default=21, help="rounds; the tables show the median over them")
     p.add_argument("--warmup", type=cli.NON_NEGATIVE_INT, default=3, help="untimed steps per contender first")

@@ -45,13 +45,7 @@ PROG = "lab/01_ddp.py"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TrainConfig()
-    p = cli.ArgumentParser(
-        prog=f"torchrun --nproc_per_node=N {PROG}",
-        name=PROG,
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog=cli.TORCHRUN_EPILOG,
-    )
+    p = cli.torchrun_parser(PROG, __doc__)
     for f in fields(TrainConfig):
         if f.name in ("eval_every", "eval_sentences", "accum"):
             continue

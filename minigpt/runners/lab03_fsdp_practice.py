@@ -54,13 +54,7 @@ TORCHRUN_ENV = (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli.ArgumentParser(
-        prog=f"torchrun --nproc_per_node=2 {PROG}",
-        name=PROG,
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog=cli.TORCHRUN_EPILOG,
-    )
+    p = cli.torchrun_parser(PROG, __doc__, nproc="2")
     p.add_argument(
         "--only",
         default=",".join(DEMOS),

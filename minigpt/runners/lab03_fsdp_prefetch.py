@@ -230,13 +230,7 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli.ArgumentParser(
-        prog=f"torchrun --nproc_per_node=N {PROG}",
-        name=PROG,
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog=cli.TORCHRUN_EPILOG,
-    )
+    p = cli.torchrun_parser(PROG, __doc__)
     p.add_argument("--variants", default="all", help=f"comma-separated, or all: {', '.join(VARIANTS)}")
     p.add_argument(
         "--steps",
