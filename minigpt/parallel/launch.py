@@ -249,13 +249,16 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
     _REPORTED = True
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
-    cli.tell_torchrun(line)
     if ctx is not None and "TORCHELASTIC_RUN_ID" in os.environ:
         # the ranks this rank's own torchrun started (torchrun numbers each machine's ranks in a row)
         first = ctx.rank - ctx.local_rank
         same_launcher = range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         if any(why == "died" and r in same_launcher for r, why in failed.items()):
+            # No error file yet: torchrun's report blames the failure with the smallest timestamp,
+            # in whole seconds, and an error file written now could be a second older than the
+            # time torchrun notes for the dead rank (it has none of its own): rank 0 would be blamed.
             time.sleep(STOP_GRACE_S)  # torchrun's SIGTERM normally ends this rank long before
+    cli.tell_torchrun(line)
     os._exit(1)
 
 
