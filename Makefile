@@ -13,7 +13,9 @@ help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
 	@echo "make test    install (once; Debian's chromium too, for the browser test), make lint, then the whole test suite"
 	@echo "make lint    ruff check and ruff format --check, with the rules in pyproject.toml (make format fixes what it can)"
-	@echo "make grade   score your own exercises: the same suite with --impl=exercises"
+	@echo "make grade   score your own exercises (lab/exercises/): per exercise, one line per lost point"
+	@echo "             EX=1.3 one exercise · LAB=01 one lab · LANG=es en español · DETAILS=1 tracebacks too"
+	@echo "make notebooks  open the lab notebooks (your workbooks) in Jupyter Lab"
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
@@ -53,8 +55,10 @@ format: $(STAMP)
 test: install lint
 	$(PY) -m pytest
 
+# The graded tests only, against lab/exercises/ (python -m minigpt.grader --help). LANG=es (or a
+# Spanish locale) gives the report in Spanish; EX, LAB and DETAILS pick what to grade and show.
 grade: $(STAMP)
-	$(PY) -m pytest --impl=exercises
+	@MINIGPT_LANG="$(LANG)" $(PY) -m minigpt.grader $(if $(EX),--exercise $(EX)) $(if $(LAB),--lab $(LAB)) $(if $(DETAILS),--details)
 
 # The site's generated tables (build/tables/) and figures (docs/figures/) come from the code first.
 docs: $(STAMP)

@@ -11,6 +11,15 @@ default, or ``exercises``); ``pytest --impl=exercises`` and the lab scripts' ``-
 set it. ``MINIGPT_EXERCISES_DIR`` points at another folder of exercise files (an instructor
 grading a learner's copy: ``MINIGPT_EXERCISES_DIR=~/alice/exercises make grade``). Nothing else
 in ``minigpt`` imports from ``lab/``.
+
+One exercise at a time: with ``MINIGPT_EXERCISE=1.3`` (the grader sets it for each graded test),
+only exercise 1.3 is the learner's and the reference stands in for every other one. The learner's
+file is imported afresh, and each name of another exercise is put back to the reference in that
+copy: a module-level function is replaced (so the learner's ``_launch`` that calls
+``ring_all_reduce`` calls the reference ring), and a method the learner wrote in a class built on
+the reference's scaffolding is removed from the class (so the scaffolding's, which is the
+reference, answers). So exercise 1.3 earns its points before 1.4 is written, and a lost point
+names the exercise the test is for, not the first stub on the call path.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from types import ModuleType
 IMPLS = ("reference", "exercises")
 ENV_VAR = "MINIGPT_IMPL"
 DIR_ENV_VAR = "MINIGPT_EXERCISES_DIR"
+ONLY_ENV_VAR = "MINIGPT_EXERCISE"
 EXERCISES_DIR = Path(__file__).resolve().parent.parent / "lab" / "exercises"
 
 # exercise module (a file in lab/exercises/) -> {name: "reference module:attribute"}
@@ -56,6 +66,28 @@ REFERENCE: dict[str, dict[str, str]] = {
 }
 
 
+# exercise -> (exercise module, the names it covers; "Class.method" for a method of a class the
+# learner builds on the reference's scaffolding)
+EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "0.1": ("lab00_baseline", ("causal_mask",)),
+    "0.2": ("lab00_baseline", ("masked_loss",)),
+    "0.3": ("lab00_baseline", ("rank_slice",)),
+    "0.4": ("lab00_baseline", ("lr_at",)),
+    "1.1": ("lab01_ddp", ("ring_all_reduce",)),
+    "1.2": ("lab01_ddp", ("assign_buckets", "BucketedDDP.assign_buckets")),
+    "1.3": ("lab01_ddp", ("BucketedDDP._on_grad_ready", "BucketedDDP._launch")),
+    "1.4": ("lab01_ddp", ("BucketedDDP.finish_gradient_synchronization",)),
+    "2.1": ("lab02_zero", ("device_memory",)),
+    "2.2": ("lab02_zero", ("zero2_step",)),
+    "2.3": ("lab02_zero", ("step_collectives",)),
+    "2.4": ("lab02_zero", ("trainable_parameters", "ZeroOneOptimizer.trainable_parameters")),
+    "2.5": ("lab02_zero", ("ZeroOneOptimizer.step",)),
+    "3.1": ("lab03_fsdp", ("predict_event_order",)),
+    "3.2": ("lab03_fsdp", ("local_norm_term", "global_grad_norm_from_shards")),
+    "3.3": ("lab03_fsdp", ("units_of_policy",)),
+}
+
+
 def current() -> str:
     """The implementation selected by ``MINIGPT_IMPL`` (ValueError if it names no valid one)."""
     impl = os.environ.get(ENV_VAR, "reference") or "reference"
@@ -69,19 +101,53 @@ def exercises_dir() -> Path:
     return Path(os.environ.get(DIR_ENV_VAR) or EXERCISES_DIR).expanduser().resolve()
 
 
+def only_exercise() -> str | None:
+    """The one exercise that is the learner's (``MINIGPT_EXERCISE``), or None: all of them are.
+    ValueError if it names no exercise."""
+    only = os.environ.get(ONLY_ENV_VAR, "").strip()
+    if not only or only == "all":
+        return None
+    if only not in EXERCISES:
+        raise ValueError(f"{ONLY_ENV_VAR}={only!r} is not an exercise; choose one of {', '.join(EXERCISES)} or all")
+    return only
+
+
 def exercise_module(module: str) -> ModuleType:
-    """Import ``<exercises dir>/<module>.py`` by its path (``lab/`` is not an installed package)."""
-    return _import_file(exercises_dir() / f"{module}.py")
+    """Import ``<exercises dir>/<module>.py`` by its path (``lab/`` is not an installed package),
+    with the reference standing in for every exercise but :func:`only_exercise`."""
+    return _import_file(exercises_dir() / f"{module}.py", only_exercise())
 
 
 @cache
-def _import_file(path: Path) -> ModuleType:
+def _import_file(path: Path, only: str | None = None) -> ModuleType:
     if not path.is_file():
         raise FileNotFoundError(f"no exercise file {path}")
-    spec = importlib.util.spec_from_file_location(f"minigpt_exercises.{path.stem}", path)
+    suffix = "" if only is None else "_only_" + only.replace(".", "_")
+    spec = importlib.util.spec_from_file_location(f"minigpt_exercises.{path.stem}{suffix}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    if only is not None:
+        _stand_in(mod, path.stem, only)
     return mod
+
+
+def _stand_in(mod: ModuleType, module: str, only: str) -> None:
+    """Put the reference back for every name of ``module`` that belongs to another exercise."""
+    for exercise, (owner, names) in EXERCISES.items():
+        if owner != module or exercise == only:
+            continue
+        for name in names:
+            if "." not in name:
+                setattr(mod, name, reference(module, name))
+                continue
+            cls_name, method = name.split(".")
+            cls = getattr(mod, cls_name)
+            if method in vars(cls):
+                scaffold = reference(module, cls_name)
+                if issubclass(cls, scaffold):
+                    delattr(cls, method)  # the scaffolding's method is the reference's
+                else:
+                    setattr(cls, method, vars(scaffold)[method])
 
 
 def reference(module: str, name: str):

@@ -3,15 +3,22 @@
 * ``--impl=reference|exercises`` picks whose code the graded tests run (default: reference, or
   the ``MINIGPT_IMPL`` environment variable). It is exported as ``MINIGPT_IMPL`` so that lab
   scripts started by a test run the same implementation.
-* A graded test carries ``@pytest.mark.points(n)``; its lab comes from ``@pytest.mark.lab("00")``
-  (usually set once per file with ``pytestmark``). Tests without points check the course's own
-  machinery and are not scored.
-* At the end of every run a score table is printed, one line per lab, e.g.
-  ``Lab 00 · MiniGPT and the baseline · 12/12``, followed by a short reason for each lost point.
+* A graded test carries ``@pytest.mark.points(n)`` and ``@pytest.mark.exercise("1.3")`` (or
+  ``exercise("all")``: the lab's end-to-end test, all of the learner's code together); its lab
+  comes from ``@pytest.mark.lab("01")`` (usually set once per file with ``pytestmark``). Tests
+  without points check the course's own machinery and are not scored.
+* Each graded test runs with ``MINIGPT_EXERCISE`` set to its exercise: only that exercise is the
+  learner's, the reference stands in for the others (see ``minigpt/impl.py``), so an exercise
+  earns its points alone. ``--exercise 1.3`` keeps the graded tests of exercise 1.3 only.
+* ``--grade-report FILE`` writes every graded test's result as JSON (what ``python -m
+  minigpt.grader``, ``make grade``, reads). At the end of every run a score table is printed,
+  one line per lab, e.g. ``Lab 00 · MiniGPT and the baseline · 12/12``, followed by a short
+  reason for each lost point.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +30,8 @@ import pytest
 from minigpt import impl as impl_switch
 from tests import limits
 from tests.limits import limit
+
+pytest_plugins = ["tests.ranks"]  # the Lab 01 and Lab 02 launches (fixtures ranks, zero1)
 
 LAB_TITLES = {
     "00": "MiniGPT and the baseline",
@@ -40,10 +49,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="whose implementation the graded tests run: the reference in minigpt/ "
         "or yours in lab/exercises/ (default: reference)",
     )
+    parser.addoption(
+        "--exercise",
+        default=None,
+        help="run only the graded tests of this exercise (e.g. 1.3, or all: the end-to-end tests)",
+    )
+    parser.addoption("--grade-report", default=None, help="write the graded tests' results to this JSON file")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Scale every test's time limit (its ``timeout`` marker, or the ini's) by MINIGPT_TIME_SCALE."""
+    """Keep one exercise's graded tests when ``--exercise`` asks for it; scale every test's time
+    limit (its ``timeout`` marker, or the ini's) by MINIGPT_TIME_SCALE."""
+    wanted = config.getoption("--exercise")
+    if wanted is not None:
+        if wanted not in (*impl_switch.EXERCISES, "all"):
+            raise pytest.UsageError(
+                f"--exercise {wanted!r} is not an exercise; choose one of {', '.join(impl_switch.EXERCISES)} or all"
+            )
+        keep = [item for item in items if exercise_of(item) == wanted]
+        config.hook.pytest_deselected(items=[item for item in items if exercise_of(item) != wanted])
+        items[:] = keep
     factor = limits.scale()
     if factor == 1:
         return
@@ -59,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[impl_switch.ENV_VAR] = config.getoption("--impl")
     config.addinivalue_line("markers", "points(n): a graded test worth n points")
     config.addinivalue_line("markers", "lab(id): the lab a graded test belongs to, e.g. '00'")
+    config.addinivalue_line("markers", "exercise(n): the exercise a graded test is for, e.g. '1.3', or 'all'")
     config.stash[_SCORES] = {}
     config.stash[_SKIPPED] = []
 
@@ -68,8 +94,10 @@ class _Result:
     lab: str
     points: int
     name: str
+    exercise: str
     passed: bool = True
     reason: str = ""
+    kind: str = ""  # why it failed: "not written", "time limit", "failed"
     seen: set = field(default_factory=set)
 
 
@@ -84,7 +112,23 @@ def _points_and_lab(item: pytest.Item) -> tuple[int, str] | None:
     lab = item.get_closest_marker("lab")
     if lab is None:
         raise pytest.UsageError(f"{item.nodeid} has points but no @pytest.mark.lab")
+    if exercise_of(item) is None:
+        raise pytest.UsageError(f"{item.nodeid} has points but no @pytest.mark.exercise")
     return int(points.args[0]), str(lab.args[0])
+
+
+def exercise_of(item: pytest.Item) -> str | None:
+    """The exercise a graded test is for ("1.3", or "all"), None for a test without one."""
+    marker = item.get_closest_marker("exercise")
+    return None if marker is None else str(marker.args[0])
+
+
+@pytest.fixture(autouse=True)
+def _only_this_exercise(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graded test of exercise X runs with only X the learner's (``MINIGPT_EXERCISE``), the
+    reference standing in for the others; an end-to-end test (``all``) runs all of the learner's.
+    Tests without an exercise run with the variable unset."""
+    monkeypatch.setenv(impl_switch.ONLY_ENV_VAR, exercise_of(request.node) or "all")
 
 
 def _ran_out_of_time(call: pytest.CallInfo) -> bool:
@@ -96,17 +140,21 @@ def _ran_out_of_time(call: pytest.CallInfo) -> bool:
     return exc.errisinstance(subprocess.TimeoutExpired) or "Timeout (>" in text or "killed at its time limit" in text
 
 
-def _reason(call: pytest.CallInfo) -> str:
+def _reason(call: pytest.CallInfo) -> tuple[str, str]:
+    """(kind, one line) for a failed test: the stub's task line, a time limit that ran out, or the
+    first line of the assertion (what was expected and what came)."""
     exc = call.excinfo
     if exc is None:
-        return ""
+        return "", ""
     if exc.errisinstance(NotImplementedError):
-        return str(exc.value) or "not implemented"
+        return "not written", str(exc.value) or "not implemented"
     if _ran_out_of_time(call):
-        return f"ran out of time, it did not fail: {exc.exconly().strip().splitlines()[0][:120]} ({limits.HINT})"
+        return "time limit", exc.exconly().strip().splitlines()[0][:200]
     text = exc.exconly().strip().splitlines()
-    first = text[0] if text else exc.typename
-    return first if len(first) <= 200 else first[:197] + "..."
+    first = (text[0] if text else exc.typename).removeprefix("AssertionError: ")
+    if first.startswith("assert ") and exc.errisinstance(AssertionError):
+        first = f"a check failed: {first}"  # an assert without a message: pytest's rewrite of it
+    return "failed", first if len(first) <= 400 else first[:397] + "..."
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -122,11 +170,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if graded is None:
         return
     scores = item.config.stash[_SCORES]
-    result = scores.setdefault(item.nodeid, _Result(graded[1], graded[0], item.name))
+    result = scores.setdefault(item.nodeid, _Result(graded[1], graded[0], item.name, exercise_of(item)))
     result.seen.add(report.when)
     if report.failed or report.skipped:
         if result.passed:  # keep the first reason
-            result.reason = "skipped" if report.skipped else _reason(call)
+            result.kind, result.reason = ("skipped", "skipped") if report.skipped else _reason(call)
         result.passed = False
 
 
@@ -168,6 +216,8 @@ def lab03(impl_name: str) -> _Exercises:
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
     yield  # the outermost wrapper: the table comes after pytest's own summary, last on screen
     scores: dict[str, _Result] = config.stash.get(_SCORES, {})
+    if config.getoption("--grade-report"):
+        _write_grade_report(config, scores)
     if scores:
         impl = config.getoption("--impl")
         where = "minigpt/"
@@ -188,10 +238,33 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             terminalreporter.write_line(f"Lab {lab} · {title} · {earned}/{total}")
             for r in results:
                 if not (r.passed and "call" in r.seen):
-                    terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {r.reason or 'did not run'}")
+                    reason = r.reason or "did not run"
+                    if r.kind == "time limit":
+                        reason = f"ran out of time, it did not fail: {reason} ({limits.HINT})"
+                    terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {reason}")
     # a test that did not run proves nothing: say so where the eye lands last, not only in pytest's list
     for nodeid, reason in config.stash.get(_SKIPPED, []):
         terminalreporter.write_line(f"NOT RUN: {nodeid}: {reason}", red=True, bold=True)
+
+
+def _write_grade_report(config: pytest.Config, scores: dict[str, _Result]) -> None:
+    """Every graded test's result, for the grader's report (``python -m minigpt.grader``)."""
+    rows = [
+        {
+            "nodeid": nodeid,
+            "name": r.name,
+            "lab": r.lab,
+            "exercise": r.exercise,
+            "points": r.points,
+            "passed": r.passed and "call" in r.seen,
+            "kind": r.kind or ("" if r.passed and "call" in r.seen else "did not run"),
+            "reason": r.reason,
+        }
+        for nodeid, r in scores.items()
+    ]
+    path = config.getoption("--grade-report")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"impl": config.getoption("--impl"), "results": rows}, f, indent=1)
 
 
 @pytest.fixture(scope="session")

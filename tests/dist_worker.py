@@ -1,8 +1,10 @@
 """One rank of the Lab 01 test launch: ``python tests/dist_worker.py OUTDIR`` under RANK/WORLD_SIZE
 (started by tests/launcher.py, normally with 4 ranks).
 
-It runs every multi-process scenario of tests/test_lab01.py in one process start (importing torch
-is the slow part), with the implementation ``MINIGPT_IMPL`` selects, and writes
+It runs the multi-process scenarios of tests/test_lab01.py that ``MINIGPT_SCENARIOS`` asks for
+(tests/ranks.py: an exercise, "all", "maintainer"; every one when unset) in one process start
+(importing torch is the slow part), with the implementation ``MINIGPT_IMPL`` selects and only the
+scenario's exercise the learner's (``MINIGPT_EXERCISE``), and writes
 ``OUTDIR/rank<r>.json`` after every scenario: ``{scenario: {"ok": bool, "error": str, ...}}``.
 Scenarios that could leave the ranks out of step (a mistake in launch order, an unused parameter)
 run last, each in its own process group with a short timeout, so a learner's bug costs only the
@@ -236,7 +238,10 @@ def ddp_no_sync(group) -> dict:
 
 
 def ddp_minigpt(group) -> dict:
-    """Three AdamW steps of a small MiniGPT: two ranks against one process on the global batch."""
+    """All of Lab 01 at once (the learner's DDP on the learner's ring): the gradients of one
+    backward, then three AdamW steps of a small MiniGPT, two ranks against one process on the
+    global batch."""
+    from minigpt import grammar
     from minigpt.parallel import equivalence
     from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
@@ -245,8 +250,16 @@ def ddp_minigpt(group) -> dict:
     baseline = build_model(cfg)
     base_opt = build_optimizer(baseline, cfg)
     model = build_model(cfg)
-    ddp = BucketedDDP(model, bucket_cap_mb=0.05, process_group=group)
+    ddp = BucketedDDP(model, bucket_cap_mb=0.05, process_group=group, collective="ring")
     opt = build_optimizer(model, cfg)
+    # the gradients first: AdamW divides by the gradient's own size, so a gradient twice too
+    # large (summed, not averaged) moves the weights almost as the right one would
+    batch = partial(grammar.get_batch, "train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    ddp(*batch(RANK, 2))[1].backward()
+    baseline(*batch(0, 1))[1].backward()
+    grad_error = max(float((p.grad - q.grad).abs().max()) for p, q in zip(model.parameters(), baseline.parameters()))
+    model.zero_grad(set_to_none=True)
+    baseline.zero_grad(set_to_none=True)
     probe = equivalence.Probe(build_model(cfg), rows=8)  # logits computed exactly (float64)
     drifts, digests = [], []
     for step in range(cfg.steps):
@@ -254,7 +267,7 @@ def ddp_minigpt(group) -> dict:
         train_step(ddp, opt, step, cfg, rank=RANK, world_size=2)
         drifts.append(probe.drift(baseline, model))
         digests.append(digest(torch.cat([p.flatten() for p in model.parameters()])))
-    return {"drifts": drifts, "digests": digests, "buckets": len(ddp.buckets)}
+    return {"drifts": drifts, "digests": digests, "buckets": len(ddp.buckets), "grad_error": grad_error}
 
 
 def ddp_bucket_order(group) -> dict:
@@ -395,28 +408,39 @@ def peers_answering() -> dict:
 def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
     torch.set_num_threads(1)
+    wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None  # None: all
+
+    def run(name: str, tag: str, fn) -> None:
+        """Scenario ``name`` for the tests of exercise ``tag`` (only that exercise the learner's)."""
+        if wanted is not None and tag not in wanted:
+            return
+        os.environ[impl.ONLY_ENV_VAR] = "all" if tag == "maintainer" else tag
+        record(name, fn)
+
     groups = {size: group_of(size) for size in range(1, WORLD + 1)}
     for size, group in groups.items():
         if RANK < size:
-            record(f"ring_{size}", partial(ring_cases, group, size))
-            record(f"ring_reference_{size}", partial(reference_scatter_gather, group, size))
+            run(f"ring_{size}", "1.1", partial(ring_cases, group, size))
+            run(f"ring_reference_{size}", "maintainer", partial(reference_scatter_gather, group, size))
     if RANK < 2:
         pair = groups[2]
-        record("ring_bad_op", lambda: ring_rejects_bad_op(pair))
-        record("ddp_toy", lambda: ddp_toy(pair))
-        record("ddp_ring", lambda: ddp_toy(pair, collective="ring"))
-        record("ddp_no_sync", lambda: ddp_no_sync(pair))
-        record("ddp_minigpt", lambda: ddp_minigpt(pair))
-        record("ddp_versions", lambda: ddp_versions(pair))
+        run("ring_bad_op", "1.1", lambda: ring_rejects_bad_op(pair))
+        for exercise in ("1.3", "1.4"):
+            run(f"ddp_toy@{exercise}", exercise, lambda: ddp_toy(pair))
+        run("ddp_ring@1.3", "1.3", lambda: ddp_toy(pair, collective="ring"))
+        run("ddp_no_sync@1.3", "1.3", lambda: ddp_no_sync(pair))
+        run("ddp_minigpt@all", "all", lambda: ddp_minigpt(pair))
+        run("ddp_versions", "maintainer", lambda: ddp_versions(pair))
     for size, group in groups.items():
         if 2 <= size and RANK < size:
-            record(f"ddp_against_torch_{size}", partial(ddp_against_torch, group, size))
-    record("peers_answering", peers_answering)
+            run(f"ddp_against_torch_{size}", "maintainer", partial(ddp_against_torch, group, size))
+    if WORLD == 4:
+        run("peers_answering", "maintainer", peers_answering)
     # the scenarios that can leave ranks out of step: own groups, short timeouts, last
     risky = [group_of(2, timeout_s=8.0) for _ in range(2)]
     if RANK < 2:
-        record("ddp_unused", lambda: ddp_unused(risky[0]))
-        record("ddp_bucket_order", lambda: ddp_bucket_order(risky[1]))
+        run("ddp_unused@1.4", "1.4", lambda: ddp_unused(risky[0]))
+        run("ddp_bucket_order@1.3", "1.3", lambda: ddp_bucket_order(risky[1]))
     (OUT / f"rank{RANK}.json").write_text(json.dumps({**RESULTS, "finished": {"ok": True}}))
     os._exit(0)  # no polite tear-down: a peer stuck in a broken group must not hold us
 

@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from minigpt.model import GPTConfig, MiniGPT
+from tests.words import say
 
 pytestmark = [pytest.mark.lab("00"), pytest.mark.timeout(30)]  # a looping exercise fails, never hangs
 
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.lab("00"), pytest.mark.timeout(30)]  # a looping exerc
 # Exercise 0.1 · the causal mask ---------------------------------------------------------------
 
 
+@pytest.mark.exercise("0.1")
 @pytest.mark.points(2)
 def test_causal_mask_values(lab00):
     mask = lab00.causal_mask(5)
@@ -31,6 +33,7 @@ def test_causal_mask_values(lab00):
             assert bool(mask[i, j]) == (j <= i), f"mask[{i}, {j}] should be {j <= i} (query {i}, key {j})"
 
 
+@pytest.mark.exercise("0.1")
 @pytest.mark.points(2)
 def test_causal_mask_hides_the_future_in_the_model(lab00):
     """Plugged into MiniGPT: changing token t must not change any logit before t."""
@@ -73,6 +76,7 @@ def _loss_inputs(seed=0, B=6, T=9, V=13):
     return logits, targets, mask
 
 
+@pytest.mark.exercise("0.2")
 @pytest.mark.points(2)
 def test_masked_loss_value(lab00):
     logits, targets, mask = _loss_inputs()
@@ -82,6 +86,7 @@ def test_masked_loss_value(lab00):
     assert abs(float(got) - float(expected)) < 1e-5, f"got {float(got):.6f}, expected {float(expected):.6f}"
 
 
+@pytest.mark.exercise("0.2")
 @pytest.mark.points(1)
 def test_masked_loss_ignores_unmasked_positions_and_has_gradients(lab00):
     logits, targets, mask = _loss_inputs(seed=1)
@@ -95,6 +100,7 @@ def test_masked_loss_ignores_unmasked_positions_and_has_gradients(lab00):
     assert torch.allclose(lab00.masked_loss(noisy, targets, mask), loss.detach())
 
 
+@pytest.mark.exercise("0.2")
 @pytest.mark.points(1)
 def test_masked_loss_is_the_mean_of_equal_slices(lab00):
     """What data parallelism relies on: the batch loss is the mean of its slices' losses."""
@@ -107,6 +113,7 @@ def test_masked_loss_is_the_mean_of_equal_slices(lab00):
 # Exercise 0.3 · the per-rank batch slice ----------------------------------------------------
 
 
+@pytest.mark.exercise("0.3")
 @pytest.mark.points(2)
 def test_rank_slices_are_disjoint_and_cover_the_batch(lab00):
     for batch, world in [(64, 1), (64, 2), (64, 4), (12, 3), (8, 8)]:
@@ -122,6 +129,7 @@ def test_rank_slices_are_disjoint_and_cover_the_batch(lab00):
         assert rows == list(range(batch)), f"batch {batch}, world {world}: slices must tile the batch"
 
 
+@pytest.mark.exercise("0.3")
 @pytest.mark.points(1)
 def test_rank_slice_rejects_what_cannot_work(lab00):
     with pytest.raises(ValueError, match="10"):
@@ -135,6 +143,7 @@ def test_rank_slice_rejects_what_cannot_work(lab00):
 # Exercise 0.4 · the learning-rate schedule --------------------------------------------------
 
 
+@pytest.mark.exercise("0.4")
 @pytest.mark.points(2)
 def test_lr_schedule(lab00):
     max_lr, min_lr, warmup, total = 1e-3, 1e-4, 10, 110
@@ -145,3 +154,45 @@ def test_lr_schedule(lab00):
     assert math.isclose(lr[60], (max_lr + min_lr) / 2), "half-way through the decay: the mean"
     assert math.isclose(lr[110], min_lr) and math.isclose(lr[114], min_lr), "after total: min_lr"
     assert all(a >= b for a, b in zip(lr[10:], lr[11:])), "the decay never goes up"
+
+
+# All together · your four pieces train MiniGPT as data parallelism would ----------------------
+
+
+@pytest.mark.exercise("all")
+@pytest.mark.points(2)
+def test_all_together_two_simulated_ranks_train_like_the_reference(lab00):
+    """All of your Lab 00 code at once: MiniGPT with your causal mask (0.1), trained 3 SGD steps at
+    your learning rates (0.4) by two simulated ranks, each on its slice of the batch (0.3) with your
+    loss (0.2), their gradients averaged, ends where the reference pieces in one process end."""
+    from minigpt import grammar, impl
+
+    def train(causal_mask, masked_loss, rank_slice, lr_at, world: int) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=grammar.VOCAB_SIZE, block_size=32, n_layer=1, n_head=2, n_embd=16)
+        model = MiniGPT(config)
+        for block in model.blocks:
+            block.attn.mask = causal_mask(config.block_size)
+        for step in range(3):
+            x, y, mask = grammar.get_batch("train", step, 8)
+            total = [torch.zeros_like(p) for p in model.parameters()]
+            for rank in range(world):
+                rows = rank_slice(8, rank, world)
+                model.zero_grad(set_to_none=True)
+                masked_loss(model(x[rows])[0], y[rows], mask[rows]).backward()
+                total = [t + p.grad / world for t, p in zip(total, model.parameters())]
+            with torch.no_grad():
+                for p, g in zip(model.parameters(), total):
+                    p -= lr_at(step, 0.5, 0.05, 1, 3) * g
+        return [p.detach() for p in model.parameters()]
+
+    names = ("causal_mask", "masked_loss", "rank_slice", "lr_at")
+    yours = train(*(getattr(lab00, n) for n in names), world=2)
+    reference = train(*(impl.reference("lab00_baseline", n) for n in names), world=1)
+    worst = max(float((a - b).abs().max()) for a, b in zip(yours, reference))
+    assert worst <= 1e-5, say(
+        f"after 3 steps on two simulated ranks your weights are {worst:.2e} from the reference's in one "
+        "process (expected <= 1e-5)",
+        f"tras 3 pasos en dos ranks simulados tus pesos están a {worst:.2e} de los de la referencia en un "
+        "proceso (se espera <= 1e-5)",
+    )

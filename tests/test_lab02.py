@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 from minigpt.zero import analytic as za, comm, memory, mlp, simulate
+from tests import ranks
+from tests.ranks import Launch
+from tests.words import say
 
 pytestmark = pytest.mark.lab("02")
 
@@ -46,6 +49,7 @@ PAPER_TABLE_1 = {
 # --- Exercise 2.1: memory ----------------------------------------------------------------------
 
 
+@pytest.mark.exercise("2.1")
 @pytest.mark.points(2)
 @pytest.mark.parametrize("psi", list(PAPER_TABLE_1))
 def test_every_cell_of_the_zero_papers_table_1(lab02, psi):
@@ -55,6 +59,7 @@ def test_every_cell_of_the_zero_papers_table_1(lab02, psi):
     assert lab02.device_memory(psi, 8, 0).device == 16 * psi, "DDP holds (2 + 2 + 12) Ψ"
 
 
+@pytest.mark.exercise("2.1")
 @pytest.mark.points(2)
 def test_recipes_and_working_buffer(lab02):
     psi, n, layer = 1e9, 8, 1e7
@@ -67,6 +72,7 @@ def test_recipes_and_working_buffer(lab02):
     assert lab02.device_memory(psi, n, 3, largest_layer=layer).working == 4 * layer
 
 
+@pytest.mark.exercise("2.1")
 @pytest.mark.points(2)
 def test_offload(lab02):
     psi, n, layer = 1e9, 8, 1e7
@@ -78,6 +84,7 @@ def test_offload(lab02):
     assert (off1.device, off1.host) == (4 * psi, 12 * psi / n)
 
 
+@pytest.mark.exercise("2.1")
 @pytest.mark.points(1)
 def test_memory_rejects_bad_input(lab02):
     for args, kwargs in [
@@ -106,6 +113,7 @@ def stage0():
     }
 
 
+@pytest.mark.exercise("2.2")
 @pytest.mark.points(3)
 @pytest.mark.parametrize("recipe_name", ["fp32", "mixed"])
 def test_zero2_ends_with_ddps_weights_bit_for_bit(lab02, stage0, recipe_name):
@@ -116,6 +124,7 @@ def test_zero2_ends_with_ddps_weights_bit_for_bit(lab02, stage0, recipe_name):
             assert np.array_equal(a, b), f"N={n}, unit {u}: max |diff| {np.abs(a - b).max():.3g}"
 
 
+@pytest.mark.exercise("2.2")
 @pytest.mark.points(2)
 def test_zero2_holds_what_the_model_predicts(lab02):
     for n in (2, 3, 4):
@@ -127,6 +136,7 @@ def test_zero2_holds_what_the_model_predicts(lab02):
         )
 
 
+@pytest.mark.exercise("2.2")
 @pytest.mark.points(1)
 def test_zero2_sends_what_the_model_predicts(lab02):
     for n in (2, 3, 4):
@@ -138,6 +148,7 @@ def test_zero2_sends_what_the_model_predicts(lab02):
 # --- Exercise 2.3: communication ---------------------------------------------------------------
 
 
+@pytest.mark.exercise("2.3")
 @pytest.mark.points(2)
 def test_communication_per_stage(lab02):
     psi, n = 7.5e9, 64
@@ -155,6 +166,7 @@ def test_communication_per_stage(lab02):
         assert elements == volume * psi
 
 
+@pytest.mark.exercise("2.3")
 @pytest.mark.points(2)
 def test_hsdp_traffic_inside_and_across(lab02):
     psi, s, r = 1e9, 8, 4
@@ -176,30 +188,9 @@ ZERO1_TOLERANCE = 1e-5  # 3 ranks: the 3-way sum is grouped differently on the r
 #                         weight near 1, 1.2e-7 each); 2 ranks must agree bit for bit.
 
 
-@pytest.fixture(scope="module")
-def zero1(tmp_path_factory) -> dict:
-    from tests.launcher import ROOT, run_ranks
-    from tests.limits import limit
-
-    results, errors = run_ranks(
-        ROOT / "tests" / "zero1_worker.py", 3, tmp_path_factory.mktemp("zero1"), timeout_s=limit(180)
-    )
-    return {"ranks": results, "errors": errors}
-
-
-def scenario(zero1: dict, size: int, optimizer: str, mode: str) -> list[dict]:
-    """Every working rank's result of one scenario; a failed rank fails the test with its error."""
-    name = f"zero1_{size}_{optimizer}_{mode}"
-    found = []
-    for rank in range(size):
-        result = zero1["ranks"][rank].get(name)
-        assert result is not None, (
-            f"rank {rank} never reported {name!r}: it crashed or timed out before it "
-            f"({zero1['errors'][rank].strip().splitlines()[-1:] or 'no output'})"
-        )
-        assert result["ok"], f"rank {rank}, {name}: {result['error']}"
-        found.append(result)
-    return found
+def scenario(zero1: Launch, size: int, optimizer: str, mode: str, exercise: str) -> list[dict]:
+    """Every working rank's result of one scenario (run for ``exercise``'s tests)."""
+    return [ranks.scenario(zero1, f"zero1_{size}_{optimizer}_{mode}@{exercise}", rank) for rank in range(size)]
 
 
 def agrees(result: dict, size: int) -> bool:
@@ -208,6 +199,7 @@ def agrees(result: dict, size: int) -> bool:
     return result["max_param_diff"] <= ZERO1_TOLERANCE and result["max_state_diff"] <= ZERO1_TOLERANCE
 
 
+@pytest.mark.exercise("2.4")
 @pytest.mark.points(1)
 def test_trainable_parameters_leave_out_frozen_and_repeat_none(lab02):
     from tests.zero1_worker import Toy
@@ -219,11 +211,12 @@ def test_trainable_parameters_leave_out_frozen_and_repeat_none(lab02):
     )
 
 
+@pytest.mark.exercise("2.4")
 @pytest.mark.points(1)
 def test_zero1_frozen_parameters_cost_nothing_and_never_move(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "all"):
+            for r in scenario(zero1, size, optimizer, "all", "2.4"):
                 assert r["frozen"] == [2.0, 2.0], (
                     f"{size} ranks, {optimizer}: the frozen parameter moved: {r['frozen']}"
                 )
@@ -233,11 +226,12 @@ def test_zero1_frozen_parameters_cost_nothing_and_never_move(zero1):
                 )
 
 
+@pytest.mark.exercise("2.5")
 @pytest.mark.points(2)
 def test_zero1_equals_plain_optimizers(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "all"):
+            for r in scenario(zero1, size, optimizer, "all", "2.5"):
                 assert agrees(r, size), (
                     f"{size} ranks, {optimizer}: after 10 steps the weights differ from one process by "
                     f"{r['max_param_diff']:.2e} and the optimizer state by {r['max_state_diff']:.2e} "
@@ -245,11 +239,12 @@ def test_zero1_equals_plain_optimizers(zero1):
                 )
 
 
+@pytest.mark.exercise("2.5")
 @pytest.mark.points(2)
 def test_zero1_leaves_gradientless_parameters_alone(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "some"):
+            for r in scenario(zero1, size, optimizer, "some", "2.5"):
                 assert r["untouched_checked"] > 0
                 assert not r["touched_while_unused"], (
                     f"{size} ranks, {optimizer}: a parameter no rank gave a gradient moved: "
@@ -261,11 +256,46 @@ def test_zero1_leaves_gradientless_parameters_alone(zero1):
                 )
 
 
+@pytest.mark.exercise("2.5")
 @pytest.mark.points(1)
 def test_zero1_sends_the_ring_bytes(zero1):
     for size in (2, 3):
-        for r in scenario(zero1, size, "adamw", "some"):
+        for r in scenario(zero1, size, "adamw", "some", "2.5"):
             assert set(r["sent"]) == {r["expected_sent"]}, (
                 f"{size} ranks: sent {sorted(set(r['sent']))} bytes per step, expected {r['expected_sent']}: "
                 "the usage marks all-reduced, each gradient reduce-scattered, the weights all-gathered, on Lab 01's ring"
             )
+
+
+# --- All together: your simulator held to your formulas, and your ZeRO-1 on the hard model ------
+
+
+@pytest.mark.exercise("all")
+@pytest.mark.points(2)
+def test_all_together_your_zero2_obeys_your_formulas_and_your_zero1_trains(lab02, zero1):
+    """All of your Lab 02 code at once: the ZeRO-2 step you simulate (2.2) holds exactly the memory
+    your device_memory (2.1) predicts and sends exactly the bytes your step_collectives (2.3)
+    lists; your ZeRO-1 (2.4 and 2.5) on 3 ranks matches one process."""
+    for n in (2, 3, 4):
+        res = simulate.simulate(2, n, SPEC, steps=2, rows=24, step_fn=lab02.zero2_step)
+        padded = [comm.padded(u, n) for u in SPEC.unit_sizes]
+        memory_now = lab02.device_memory(sum(padded), n, 2, "fp32", largest_layer=max(padded)).device
+        sent = sum(c.bytes_sent for c in lab02.step_collectives(sum(padded), 2, n, recipe_name="fp32"))
+        assert res.peak_model_state == [memory_now] * n, say(
+            f"{n} workers: the simulation holds {res.peak_model_state} bytes at its peak, "
+            f"your device_memory says {memory_now}",
+            f"{n} trabajadores: la simulación tiene {res.peak_model_state} bytes en su pico, "
+            f"tu device_memory dice {memory_now}",
+        )
+        assert res.bytes_sent_per_step == [sent] * n, say(
+            f"{n} workers: the simulation sends {res.bytes_sent_per_step} bytes per step, your step_collectives {sent}",
+            f"{n} trabajadores: la simulación envía {res.bytes_sent_per_step} bytes por paso, "
+            f"tu step_collectives {sent}",
+        )
+    for r in scenario(zero1, 3, "adamw", "some", "all"):
+        assert agrees(r, 3), say(
+            f"3 ranks, AdamW: your ZeRO-1 ends {r['max_param_diff']:.2e} from one process (weights), "
+            f"{r['max_state_diff']:.2e} (optimizer state); expected <= {ZERO1_TOLERANCE:g}",
+            f"3 ranks, AdamW: tu ZeRO-1 acaba a {r['max_param_diff']:.2e} de un proceso (pesos), "
+            f"{r['max_state_diff']:.2e} (estado del optimizador); se espera <= {ZERO1_TOLERANCE:g}",
+        )

@@ -1,0 +1,264 @@
+"""The grader: your exercises' points, per lab and per exercise, and one line for each lost point.
+
+    make grade                      # every lab (python -m minigpt.grader)
+    make grade EX=1.3               # one exercise, in seconds (--exercise 1.3)
+    make grade LAB=01               # one lab (--lab 01)
+    make grade LANG=es              # el informe en español (--lang es)
+    make grade DETAILS=1            # pytest's own output too, tracebacks included (--details)
+
+It runs the graded tests only (``tests/test_lab00.py`` ... ``tests/test_lab03.py``, the tests with
+points) against your code in ``lab/exercises/`` (``--impl exercises``, or the folder
+``MINIGPT_EXERCISES_DIR`` names), each exercise with the reference standing in for the others (see
+``minigpt/impl.py``), so an exercise earns its points alone and a lost point names the exercise its
+test is for. Each lab ends with one end-to-end test that runs all of your code together. The
+course's own checks (documentation, site, notebooks, stub signatures, failure drills) are not run:
+they are ``make test``'s, against the reference.
+
+In a notebook: ``grade("1.1")`` prints the same report for one exercise and returns it.
+
+The report's words come from ``minigpt/exercises.toml`` (titles, and the stubs' task lines in
+both languages) and from the tests' own messages (``tests/words.py``). Exit status: 0 when the
+grading ran (whatever the score), 1 when it could not run, 2 for a bad option.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from minigpt import cli, impl
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOG = Path(__file__).resolve().parent / "exercises.toml"
+LANGS = ("en", "es")
+LANG_VARIABLE = "MINIGPT_LANG"  # what the tests read (tests/words.py)
+
+WORDS = {
+    "en": {
+        "grading": "Grading {who} ({where})",
+        "yours": "your code",
+        "reference": "the reference",
+        "exercise": "Exercise",
+        "all": "All together",
+        "all_title": "all of your code at once",
+        "lost": "−{points} pt",
+        "not_written": "not written yet: {task}",
+        "time_limit": "ran out of time (it did not fail): {what}; the limits are sized for a slow laptop: "
+        "raise them with MINIGPT_TIME_SCALE=3 make grade",
+        "did_not_run": "did not run",
+        "full": "full marks",
+        "total": "Total {earned}/{total} points · {seconds:.0f} s",
+        "next": "One exercise: make grade EX={ex} · tracebacks: make grade EX={ex} DETAILS=1",
+        "broken": "the grading could not run (pytest exit {code}); its output:",
+    },
+    "es": {
+        "grading": "Corrigiendo {who} ({where})",
+        "yours": "tu código",
+        "reference": "la referencia",
+        "exercise": "Ejercicio",
+        "all": "Todo junto",
+        "all_title": "todo tu código a la vez",
+        "lost": "−{points} pt",
+        "not_written": "sin escribir todavía: {task}",
+        "time_limit": "se acabó el tiempo (no falló): {what}; los límites están pensados para un portátil lento: "
+        "súbelos con MINIGPT_TIME_SCALE=3 make grade",
+        "did_not_run": "no se ejecutó",
+        "full": "nota completa",
+        "total": "Total {earned}/{total} puntos · {seconds:.0f} s",
+        "next": "Un ejercicio: make grade EX={ex} · trazas completas: make grade EX={ex} DETAILS=1",
+        "broken": "la corrección no pudo ejecutarse (pytest salió con {code}); su salida:",
+    },
+}
+
+
+@cache
+def catalog() -> dict:
+    with CATALOG.open("rb") as f:
+        return tomllib.load(f)
+
+
+def language(lang: str | None = None) -> str:
+    """``lang``, else ``MINIGPT_LANG``, else ``LANG`` (``es_ES.UTF-8`` -> es); English by default."""
+    for value in (lang, os.environ.get(LANG_VARIABLE), os.environ.get("LANG")):
+        if value:
+            return "es" if value.lower().startswith("es") else "en"
+    return "en"
+
+
+@dataclass
+class Result:
+    """One graded test's outcome, as conftest.py's ``--grade-report`` writes it."""
+
+    name: str
+    lab: str
+    exercise: str
+    points: int
+    passed: bool
+    kind: str
+    reason: str
+
+
+@dataclass
+class Report:
+    """What :func:`grade` found: every graded test's result, and the totals."""
+
+    results: list[Result]
+    seconds: float
+    lang: str = "en"
+    impl: str = "exercises"
+    where: str = ""
+    text: str = field(default="", repr=False)
+
+    @property
+    def earned(self) -> int:
+        return sum(r.points for r in self.results if r.passed)
+
+    @property
+    def total(self) -> int:
+        return sum(r.points for r in self.results)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def task_line(reason: str, lang: str) -> str:
+    """A stub's ``Exercise 1.3: ...`` message, in ``lang`` (the catalog's translation)."""
+    number, _, task = reason.partition(": ")
+    number = number.removeprefix("Exercise ").strip()
+    for entry in catalog()["exercises"].get(number, {}).get("tasks", []):
+        if entry["en"] == task.strip():
+            return f"{WORDS[lang]['exercise']} {number}: {entry[lang]}"
+    return reason
+
+
+def reason_line(result: Result, lang: str) -> str:
+    words = WORDS[lang]
+    if result.kind == "not written":
+        return words["not_written"].format(task=task_line(result.reason, lang))
+    if result.kind == "time limit":
+        return words["time_limit"].format(what=result.reason)
+    return result.reason or words["did_not_run"]
+
+
+def render(report: Report) -> str:
+    """The report: per lab, per exercise, the points, and one line per lost point."""
+    lang, words, cat = report.lang, WORDS[report.lang], catalog()
+    who = words["yours"] if report.impl == "exercises" else words["reference"]
+    lines = [words["grading"].format(who=who, where=report.where), ""]
+    order = list(cat["exercises"]) + ["all"]
+    for lab in sorted({r.lab for r in report.results}):
+        in_lab = [r for r in report.results if r.lab == lab]
+        earned, total = sum(r.points for r in in_lab if r.passed), sum(r.points for r in in_lab)
+        lines.append(f"Lab {lab} · {cat['labs'][lab][lang]} · {earned}/{total}")
+        for exercise in sorted({r.exercise for r in in_lab}, key=order.index):
+            tests = [r for r in in_lab if r.exercise == exercise]
+            got, out_of = sum(r.points for r in tests if r.passed), sum(r.points for r in tests)
+            if exercise == "all":
+                title = f"{words['all']} · {words['all_title']}"
+            else:
+                title = f"{words['exercise']} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
+            lines.append(f"  {title} · {got}/{out_of}" + (f" · {words['full']}" if got == out_of else ""))
+            for r in tests:
+                if not r.passed:
+                    lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {reason_line(r, lang)}")
+        lines.append("")
+    lines.append(words["total"].format(earned=report.earned, total=report.total, seconds=report.seconds))
+    first_lost = next((r.exercise for r in report.results if not r.passed and r.exercise != "all"), None)
+    if first_lost is not None:
+        lines.append(words["next"].format(ex=first_lost))
+    return "\n".join(lines)
+
+
+def _where(impl_name: str) -> str:
+    if impl_name == "reference":
+        return "minigpt/"
+    folder = impl.exercises_dir()
+    return f"{folder.relative_to(ROOT)}/" if folder.is_relative_to(ROOT) else f"{folder}/"
+
+
+def grade(
+    exercise: str | None = None,
+    *,
+    lab: str | None = None,
+    impl: str | None = None,
+    lang: str | None = None,
+    details: bool = False,
+    show: bool = True,
+) -> Report:
+    """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests), one lab (``"01"``) or
+    everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
+    (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included."""
+    return _grade(exercise, lab, impl or "exercises", language(lang), details, show)
+
+
+def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, details: bool, show: bool) -> Report:
+    labs = sorted(catalog()["labs"])
+    if exercise is not None and exercise != "all":
+        lab = "0" + exercise.split(".")[0]
+    files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else labs)]
+    env = {**os.environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
+    env.pop(impl.ONLY_ENV_VAR, None)
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        json_path = Path(tmp) / "grade.json"
+        command = [sys.executable, "-m", "pytest", *files, f"--impl={impl_name}", f"--grade-report={json_path}"]
+        command += ["-p", "no:cacheprovider", "--no-header"]
+        command += ["-v", "--tb=short"] if details else ["-q", "--tb=no", "-rN"]
+        if exercise is not None:
+            command.append(f"--exercise={exercise}")
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, env=env, text=True, capture_output=not details)
+        seconds = time.perf_counter() - start
+        if proc.returncode not in (0, 1) or not json_path.exists():
+            output = "" if details else (proc.stdout + proc.stderr)[-4000:]
+            raise GradingError(f"{WORDS[lang]['broken'].format(code=proc.returncode)}\n{output}")
+        data = json.loads(json_path.read_text())
+    results = [Result(**{k: row[k] for k in Result.__dataclass_fields__}) for row in data["results"]]
+    report = Report(results, seconds, lang, impl_name, _where(impl_name))
+    report.text = render(report)
+    if show:
+        print(report.text, flush=True)
+    return report
+
+
+class GradingError(RuntimeError):
+    """The graded tests could not run (a collection error, pytest's own failure)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    exercises = [*catalog()["exercises"], "all"]
+    parser = cli.ArgumentParser(
+        prog="python -m minigpt.grader",
+        description="Grade your exercises: per lab and per exercise, one line for each lost point.",
+    )
+    parser.add_argument("--exercise", choices=exercises, help="one exercise (e.g. 1.3), or all: end-to-end")
+    parser.add_argument("--lab", choices=sorted(catalog()["labs"]), help="one lab (e.g. 01)")
+    parser.add_argument("--impl", choices=impl.IMPLS, default="exercises", help="whose code (default: yours)")
+    parser.add_argument("--lang", help="en or es (default: MINIGPT_LANG, then LANG, then en)")
+    parser.add_argument("--details", action="store_true", help="pytest's own output too, tracebacks included")
+    args = parser.parse_args(argv)
+    if args.lang is not None and args.lang.strip().lower()[:2] not in LANGS:
+        return cli.refuse(parser.name, f"--lang {args.lang}: choose en or es")
+    if args.exercise not in (None, "all") and args.lab and args.exercise.split(".")[0] != str(int(args.lab)):
+        return cli.refuse(parser.name, f"--exercise {args.exercise} is not in --lab {args.lab}")
+    try:
+        grade(args.exercise, lab=args.lab, impl=args.impl, lang=args.lang, details=args.details)
+    except GradingError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
