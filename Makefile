@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor lint format test grade docs serve clean
+.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -59,6 +59,11 @@ test: install lint
 # Spanish locale) gives the report in Spanish; EX, LAB and DETAILS pick what to grade and show.
 grade: $(STAMP)
 	@MINIGPT_LANG="$(LANG)" $(PY) -m minigpt.grader $(if $(EX),--exercise $(EX)) $(if $(LAB),--lab $(LAB)) $(if $(DETAILS),--details)
+
+# The labs' workbooks (notebooks/NN-name.ipynb, and NN-name.es.ipynb in Spanish) in Jupyter Lab. Their
+# "your turn" and grade cells run your code in lab/exercises/; MINIGPT_IMPL=reference runs the reference.
+notebooks: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
 
 # The site's generated tables (build/tables/) and figures (docs/figures/) come from the code first.
 docs: $(STAMP)

@@ -1,32 +1,213 @@
-"""Every notebook runs top to bottom in a fresh kernel (the notebooks are not stored executed)."""
+"""The notebooks: the learner's workbooks, one per lab guide, in English and in Spanish.
+
+What is checked:
+
+* every lab guide has its notebook (``notebooks/NN-name.ipynb``) and a Spanish twin
+  (``NN-name.es.ipynb``), and every notebook is stored without outputs;
+* a Spanish twin has the English cells, in the same order, with the same tags, and the same code
+  once comments and string literals are set aside (the printed text is translated, the code is not);
+* every exercise of the lab (every ``Exercise N.M`` its stubs in ``lab/exercises/`` raise) has a
+  "your turn" cell, then a cell that grades it, and the first code cell runs the learner's code
+  unless ``MINIGPT_IMPL`` says otherwise;
+* every English notebook runs top to bottom in a fresh kernel with the reference (every exercise at
+  full marks) and with the untouched stubs (every exercise at 0, every "your turn" cell says in one
+  line that its exercise is not written yet, no traceback anywhere); every Spanish twin runs with
+  the stubs.
+
+The notebooks mark their cells with tags (cell metadata): ``your-turn`` or ``grade``, and
+``exercise-N.M``. Their last code cell prints one line per graded exercise: ``  N.M  earned/total``.
+"""
 
 from __future__ import annotations
 
+import io
+import re
+import time
+import tokenize
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from minigpt import impl
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = ROOT / "notebooks"
+ENGLISH = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.endswith(".es.ipynb"))
+NOT_WRITTEN = {"en": "not written yet: Exercise ", "es": "todavía sin escribir: Exercise "}
+SCORE_LINE = re.compile(r"^\s+(\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
 
 
-def test_there_is_a_notebook_per_lab_guide():
-    labs = {p.name.split("-")[0] for p in (ROOT / "lab").glob("[0-9][0-9]-*.md")}
-    assert labs and labs == {p.name.split("-")[0] for p in NOTEBOOKS}
+def spanish(path: Path) -> Path:
+    return path.with_name(path.stem + ".es.ipynb")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, tmp_path):
-    notebook = nbformat.read(path, as_version=4)
-    assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), (
-        f"{path.name} is stored with outputs; clear them before committing"
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def ordered(exercises) -> list[str]:
+    return sorted(exercises, key=lambda e: tuple(map(int, e.split("."))))
+
+
+def exercises_of(path: Path) -> list[str]:
+    """The exercises the lab's stubs raise ``NotImplementedError("Exercise N.M: ...")`` for."""
+    found = set()
+    for stub in impl.EXERCISES_DIR.glob(f"lab{path.name[:2]}_*.py"):
+        found |= set(re.findall(r'NotImplementedError\(\s*"Exercise (\d+\.\d+):', stub.read_text(encoding="utf-8")))
+    return ordered(found)
+
+
+def tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def tagged(notebook, kind: str, exercise: str) -> list[int]:
+    return [i for i, c in enumerate(notebook.cells) if kind in tags(c) and f"exercise-{exercise}" in tags(c)]
+
+
+def code_tokens(source: str) -> list[str]:
+    """The cell's tokens without comments and line breaks inside brackets, each string literal (an
+    f-string with what it contains, adjacent literals together) as one ``<str>``."""
+    starts = {getattr(tokenize, n) for n in ("FSTRING_START", "TSTRING_START") if hasattr(tokenize, n)}
+    ends = {getattr(tokenize, n) for n in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, n)}
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+    out, depth = [], 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in starts:
+            depth += 1
+        elif tok.type in ends:
+            depth -= 1
+            if depth == 0 and out[-1:] != ["<str>"]:
+                out.append("<str>")
+        elif depth or tok.type in skip:
+            continue
+        elif tok.type == tokenize.STRING:
+            if out[-1:] != ["<str>"]:
+                out.append("<str>")
+        else:
+            out.append(tok.string)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# What is stored
+
+
+def test_there_is_a_notebook_and_a_spanish_twin_per_lab_guide():
+    guides = {p.stem for p in (ROOT / "lab").glob("[0-9][0-9]-*.md") if not p.name.endswith(".es.md")}
+    assert guides and guides == {p.stem for p in ENGLISH}, "one notebook per lab guide, named like it"
+    missing = [spanish(p).name for p in ENGLISH if not spanish(p).is_file()]
+    assert missing == [], f"Spanish twins missing: {missing}"
+    strays = {p.name for p in NOTEBOOKS.glob("*.es.ipynb")} - {spanish(p).name for p in ENGLISH}
+    assert not strays, f"Spanish notebooks without an English one: {sorted(strays)}"
+
+
+@pytest.mark.parametrize("path", ENGLISH + [spanish(p) for p in ENGLISH], ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    code = [c for c in read(path).cells if c.cell_type == "code"]
+    assert not any(c.get("outputs") or c.get("execution_count") for c in code), (
+        f"{path.name} is stored with outputs or execution counts; clear them before committing"
     )
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
+def test_spanish_twin_has_the_english_cells_and_code(path):
+    english, twin = read(path).cells, read(spanish(path)).cells
+    assert [c.cell_type for c in twin] == [c.cell_type for c in english], "the same cells in the same order"
+    assert [tags(c) for c in twin] == [tags(c) for c in english], "the same tags"
+    for i, (en, es) in enumerate(zip(english, twin)):
+        if en.cell_type == "code":
+            assert code_tokens(es.source) == code_tokens(en.source), (
+                f"code cell {i} of {spanish(path).name} differs from the English one beyond comments and strings"
+            )
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
+def test_every_exercise_has_a_your_turn_cell_then_a_grade_cell(path):
+    notebook = read(path)
+    exercises = exercises_of(path)
+    assert exercises, f"no stub raises 'Exercise {int(path.name[:2])}.N' in lab/exercises/"
+    first_code = next(c for c in notebook.cells if c.cell_type == "code")
+    assert 'IMPL = os.environ.get("MINIGPT_IMPL", "exercises")' in first_code.source, (
+        "the first code cell picks whose code runs: the learner's unless MINIGPT_IMPL says otherwise"
+    )
+    for exercise in exercises:
+        yours, grades = tagged(notebook, "your-turn", exercise), tagged(notebook, "grade", exercise)
+        assert yours, f"Exercise {exercise} has no cell tagged your-turn"
+        assert len(grades) == 1, f"Exercise {exercise}: {len(grades)} cells tagged grade, not one"
+        assert min(yours) < grades[0], f"Exercise {exercise}: the grade cell comes before the your-turn cell"
+        assert f'grade("{exercise}", impl=IMPL, lang=LANG)' in notebook.cells[grades[0]].source
+    named = {t.removeprefix("exercise-") for c in notebook.cells for t in tags(c) if t.startswith("exercise-")}
+    assert named <= set(exercises), f"cells tagged for exercises the stubs do not have: {named - set(exercises)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Running them
+
+
+def run(path: Path, implementation: str, monkeypatch, tmp_path: Path) -> nbformat.NotebookNode:
+    """``path`` executed in a fresh kernel with ``MINIGPT_IMPL=implementation`` (the kernel inherits
+    this process's environment); fails on the first cell that raises."""
+    monkeypatch.setenv(impl.ENV_VAR, implementation)
+    monkeypatch.delenv(impl.ONLY_ENV_VAR, raising=False)
+    notebook = read(path)
+    start = time.perf_counter()
     NotebookClient(
         notebook, timeout=limit(180), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors
+    print(f"{path.name} with {implementation}: {time.perf_counter() - start:.0f} s")
+    return notebook
+
+
+def text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+
+
+def check_ran_cleanly(notebook, name: str) -> None:
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert not errors, f"{name}: {errors[0].ename}: {errors[0].evalue}"
+    tracebacks = [o.text for o in outputs if o.output_type == "stream" and "Traceback" in o.text]
+    assert not tracebacks, f"{name} printed a traceback:\n{tracebacks[0][-2000:]}"
+
+
+def scores(notebook, name: str) -> dict[str, tuple[int, int]]:
+    """The last code cell's score lines: exercise -> (earned, total)."""
+    last = [c for c in notebook.cells if c.cell_type == "code"][-1]
+    found = {ex: (int(earned), int(total)) for ex, earned, total in SCORE_LINE.findall(text(last))}
+    assert found, f"{name}: the last cell printed no score lines"
+    return found
+
+
+@pytest.mark.parametrize("implementation", ["reference", "exercises"])
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
+def test_english_notebook_runs_top_to_bottom(path, implementation, monkeypatch, tmp_path):
+    notebook = run(path, implementation, monkeypatch, tmp_path)
+    check_ran_cleanly(notebook, path.name)
+    found = scores(notebook, path.name)
+    assert ordered(found) == exercises_of(path), "one score line per exercise of the lab"
+    assert all(total > 0 for _, total in found.values())
+    your_turn = [c for c in notebook.cells if "your-turn" in tags(c)]
+    if implementation == "reference":
+        assert all(earned == total for earned, total in found.values()), f"the reference lost points: {found}"
+        silent = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] in text(c)]
+        assert not silent, f"with the reference, your-turn cells said 'not written yet': {silent}"
+    else:
+        assert all(earned == 0 for earned, _ in found.values()), f"the untouched stubs earned points: {found}"
+        quiet = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] not in text(c)]
+        assert not quiet, f"your-turn cells that did not say their exercise is not written yet: {quiet}"
+
+
+@pytest.mark.parametrize("path", [spanish(p) for p in ENGLISH], ids=lambda p: p.name)
+def test_spanish_notebook_runs_with_the_stubs(path, monkeypatch, tmp_path):
+    notebook = run(path, "exercises", monkeypatch, tmp_path)
+    check_ran_cleanly(notebook, path.name)
+    found = scores(notebook, path.name)
+    assert ordered(found) == exercises_of(path) and all(earned == 0 for earned, _ in found.values())
+    quiet = [
+        c.source.splitlines()[0] for c in notebook.cells if "your-turn" in tags(c) and NOT_WRITTEN["es"] not in text(c)
+    ]
+    assert not quiet, f"your-turn cells that did not say, in Spanish, that their exercise is not written yet: {quiet}"

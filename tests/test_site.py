@@ -31,12 +31,17 @@ ARTIFACTS = ROOT / "out" / "test-artifacts"
 BROWSER_TIMEOUT_MS = int(1000 * limit(20))
 
 
+def english_notebooks() -> list[Path]:
+    """The English notebooks (``NN-name.ipynb``; the Spanish twin ``NN-name.es.ipynb`` is the same page in /es/)."""
+    return sorted(p for p in (ROOT / "notebooks").glob("*.ipynb") if not p.name.endswith(".es.ipynb"))
+
+
 def english_pages() -> list[str]:
     """Every English page of the site, as its URL path under the site root ('' is the home page)."""
     pages = [
         p for d in ("docs", "docs/theory", "docs/lab") for p in (ROOT / d).glob("*.md") if not p.name.endswith(".es.md")
     ]
-    pages += (ROOT / "notebooks").glob("*.ipynb")
+    pages += english_notebooks()
     urls = []
     for page in pages:
         rel = page.relative_to(ROOT / "docs") if page.is_relative_to(ROOT / "docs") else page.relative_to(ROOT)
@@ -94,14 +99,20 @@ def test_every_page_exists_in_both_languages(site):
 
 
 def test_notebook_pages_show_every_cell(site):
+    """The English page shows the English notebook, the Spanish page its Spanish twin (its title,
+    every code cell, and not the note that says the notebook is in English)."""
     out = built(site)
-    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-        code_cells = sum(c["cell_type"] == "code" for c in cells)
-        for prefix in ("", "es/"):
+    for notebook in english_notebooks():
+        twin = notebook.with_name(notebook.stem + ".es.ipynb")
+        for prefix, source in (("", notebook), ("es/", twin)):
+            cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+            code_cells = sum(c["cell_type"] == "code" for c in cells)
+            title = "".join(cells[0]["source"]).splitlines()[0].removeprefix("# ")
             html = (out / prefix / "notebooks" / notebook.stem / "index.html").read_text(encoding="utf-8")
             assert html.count('class="nb-cell nb-code"') == code_cells, f"{prefix}{notebook.name}"
             assert "make install" in html  # the note that says how to run it
+            assert title in html, f"{prefix}notebooks/{notebook.stem}/ does not show {source.name}"
+            assert "El notebook está escrito en inglés" not in html, f"{prefix}{notebook.name}: the English fallback"
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
