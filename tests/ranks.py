@@ -98,20 +98,29 @@ HINTS = (
 
 
 def last_error(stderr: str) -> str:
-    """The last line of a rank's stderr that reads like an error, without gloo's source location."""
+    """The last line of a rank's stderr that reads like an error, without gloo's source location
+    (a C++ exception that ended the process: its ``what():`` line, the one that says why)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [
         line
         for line in lines
-        if re.search(r"Error|error:|Exception|terminate called|Aborted|killed at its time limit", line)
+        if re.search(r"Error|error:|Exception|what\(\)|terminate called|Aborted|killed at its time limit", line)
     ]
     line = (errors or lines or ["no output"])[-1]
-    return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)[:300]
+    return clean(line)[:300]
+
+
+def clean(error: str) -> str:
+    """An error line without the source locations of gloo and PyTorch's C++ (``[enforce fail at
+    pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4.``), which say nothing to a learner."""
+    error = re.sub(r"^what\(\):\s*", "", error)
+    error = re.sub(r"\[enforce fail at [^\]]*\]\s*(.*?\d+ vs \d+\.\s*)?", "", error)
+    return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", error)
 
 
 def explain(error: str) -> str:
     """An error line without gloo's source location, with the usual cause when it is a known one."""
-    error = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", error)
+    error = clean(error)
     for pattern, english, spanish in HINTS:
         if re.search(pattern, error):
             return f"{error} ({say('usual cause', 'causa habitual')}: {say(english, spanish)})"
