@@ -234,6 +234,19 @@ def test_a_zero1_that_keeps_frozen_parameters_loses_their_points(monkeypatch):
     }, report.text
 
 
+def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(monkeypatch, tmp_path):
+    """A causal mask that never returns, under limits scaled down to a twentieth (1.5 s instead of
+    30 s): the lost points say it ran out of time, with the limit and how to raise it."""
+    folder = write_exercises(tmp_path / "slow", set())
+    stub = folder / "lab00_baseline.py"
+    stub.write_text(stub.read_text() + "\n\ndef causal_mask(size):\n    import time\n\n    time.sleep(3600)\n")
+    monkeypatch.setenv("MINIGPT_TIME_SCALE", "0.05")
+    report = grade(monkeypatch, folder, exercise="0.1")
+    assert [r.kind for r in report.results] == ["time limit", "time limit"], report.text
+    assert "ran out of time (it did not fail): Failed: Timeout (>1.5s)" in report.text, report.text
+    assert "MINIGPT_TIME_SCALE=3 make grade" in report.text, report.text
+
+
 # ----------------------------------------------------------------------------------------------
 # the words: Spanish, the catalog, the stubs
 
