@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -145,8 +146,16 @@ def _reason(call: pytest.CallInfo) -> tuple[str, str]:
         return "not written", str(exc.value) or "not implemented"
     if _ran_out_of_time(call):
         return "time limit", exc.exconly().strip().splitlines()[0][:200]
+    if exc.errisinstance(SyntaxError):  # the learner's file does not parse: where, and why
+        err = exc.value
+        return "failed", f"{type(err).__name__} in {err.filename}, line {err.lineno}: {err.msg}"
     text = exc.exconly().strip().splitlines()
     first = (text[0] if text else exc.typename).removeprefix("AssertionError: ")
+    if not exc.errisinstance(AssertionError):  # an error raised in the learner's code: where
+        folder = impl_switch.exercises_dir()
+        mine = [e for e in exc.traceback if Path(str(e.path)).resolve().is_relative_to(folder)]
+        if mine:
+            first += f" (in {Path(str(mine[-1].path)).name}, line {mine[-1].lineno + 1}, {mine[-1].name})"
     if first.startswith("assert ") and exc.errisinstance(AssertionError):
         first = f"a check failed: {first}"  # an assert without a message: pytest's rewrite of it
     return "failed", first if len(first) <= 400 else first[:397] + "..."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,15 @@ def why_it_stopped(stderr: str) -> str:
     return explain(last_error(stderr))
 
 
+def where_in_yours(trace: str) -> str:
+    """`` (in lab01_ddp.py, line 42, _launch)``: the last line of the learner's exercise files in a
+    traceback, or nothing."""
+    folder = str(impl.exercises_dir())
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    mine = [(Path(path).name, line, func) for path, line, func in frames if path.startswith(folder)]
+    return f" (in {mine[-1][0]}, line {mine[-1][1]}, {mine[-1][2]})" if mine else ""
+
+
 def scenario(launch: Launch, name: str, rank: int) -> dict:
     """One rank's result of one scenario; a scenario that raised fails the test with its error (a
     stub's NotImplementedError keeps its "Exercise 1.x" message); a rank that crashed or ran out of
@@ -149,5 +159,7 @@ def scenario(launch: Launch, name: str, rank: int) -> dict:
         kind, _, message = result["error"].partition(": ")
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        raise AssertionError(f"rank {rank}, {name}: {explain(result['error'])}")
+        raise AssertionError(
+            f"rank {rank}, {name}: {explain(result['error'])}{where_in_yours(result.get('trace', ''))}"
+        )
     return result
