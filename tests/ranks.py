@@ -78,9 +78,9 @@ HINTS = (
     (
         r"doesn't match expected size|collective mismatch|Message truncated",
         "the ranks ran different collectives at the same moment: every rank must launch its buckets "
-        "(its collectives) in the same order, bucket 0 first, not in the order the gradients arrive",
-        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas (sus "
-        "colectivas) en el mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
+        "in the same order, bucket 0 first, not in the order the gradients arrive",
+        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas en el "
+        "mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
     ),
     (
         r"[Tt]imed out|[Tt]imeout",
@@ -88,6 +88,13 @@ HINTS = (
         "them in another order)",
         "un rank esperó una colectiva que su compañero nunca empezó (un rank se saltó una colectiva o "
         "las hizo en otro orden)",
+    ),
+    (
+        r"'NoneType' object has no attribute 'wait'",
+        "a bucket that was never launched has no handle to wait for: when a parameter got no gradient, "
+        "raise a RuntimeError that names it",
+        "una cubeta que nunca se lanzó no tiene handle que esperar: si un parámetro no recibió gradiente, "
+        "lanza un RuntimeError que lo nombre",
     ),
     (
         r"[Cc]onnection (closed|reset)|peer",
@@ -100,10 +107,15 @@ HINTS = (
 def last_error(stderr: str) -> str:
     """The last line of a rank's stderr that reads like an error, without gloo's source location."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    thrown = set()  # C++'s std::terminate prints "terminate called ...", then the exception's text on a "what():" line
+    for i in range(1, len(lines)):
+        if lines[i - 1].startswith("terminate called") and lines[i].startswith("what():"):
+            lines[i] = lines[i].removeprefix("what():").strip()
+            thrown.add(i)
     errors = [
         line
-        for line in lines
-        if re.search(r"Error|error:|Exception|terminate called|Aborted|killed at its time limit", line)
+        for i, line in enumerate(lines)
+        if i in thrown or re.search(r"Error|error:|Exception|terminate called|Aborted|killed at its time limit", line)
     ]
     line = (errors or lines or ["no output"])[-1]
     return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)[:300]
