@@ -79,9 +79,9 @@ HINTS = (
     (
         r"doesn't match expected size|collective mismatch|Message truncated",
         "the ranks ran different collectives at the same moment: every rank must launch its buckets "
-        "(its collectives) in the same order, bucket 0 first, not in the order the gradients arrive",
-        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas (sus "
-        "colectivas) en el mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
+        "in the same order, bucket 0 first, not in the order the gradients arrive",
+        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas en el "
+        "mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
     ),
     (
         r"[Tt]imed out|[Tt]imeout",
@@ -89,6 +89,13 @@ HINTS = (
         "them in another order)",
         "un rank esperó una colectiva que su compañero nunca empezó (un rank se saltó una colectiva o "
         "las hizo en otro orden)",
+    ),
+    (
+        r"'NoneType' object has no attribute 'wait'",
+        "a bucket that was never launched has no handle to wait for: when a parameter got no gradient, "
+        "raise a RuntimeError that names it",
+        "una cubeta que nunca se lanzó no tiene handle que esperar: si un parámetro no recibió gradiente, "
+        "lanza un RuntimeError que lo nombre",
     ),
     (
         r"[Cc]onnection (closed|reset)|peer",
