@@ -31,6 +31,7 @@ import pytest
 from minigpt import grader, impl as impl_switch
 from tests import limits
 from tests.limits import limit
+from tests.words import say
 
 pytest_plugins = ["tests.ranks"]  # the Lab 01 and Lab 02 launches (fixtures ranks, zero1)
 
@@ -148,14 +149,18 @@ def _reason(call: pytest.CallInfo) -> tuple[str, str]:
         return "time limit", exc.exconly().strip().splitlines()[0][:200]
     if exc.errisinstance(SyntaxError):  # the learner's file does not parse: where, and why
         err = exc.value
-        return "failed", f"{type(err).__name__} in {err.filename}, line {err.lineno}: {err.msg}"
+        return "failed", say(
+            f"{type(err).__name__} in {err.filename}, line {err.lineno}: {err.msg}",
+            f"{type(err).__name__} en {err.filename}, línea {err.lineno}: {err.msg}",
+        )
     text = exc.exconly().strip().splitlines()
     first = (text[0] if text else exc.typename).removeprefix("AssertionError: ")
     if not exc.errisinstance(AssertionError):  # an error raised in the learner's code: where
         folder = impl_switch.exercises_dir()
         mine = [e for e in exc.traceback if Path(str(e.path)).resolve().is_relative_to(folder)]
         if mine:
-            first += f" (in {Path(str(mine[-1].path)).name}, line {mine[-1].lineno + 1}, {mine[-1].name})"
+            name, line, func = Path(str(mine[-1].path)).name, mine[-1].lineno + 1, mine[-1].name
+            first += say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
     if first.startswith("assert ") and exc.errisinstance(AssertionError):
         first = f"a check failed: {first}"  # an assert without a message: pytest's rewrite of it
     return "failed", first if len(first) <= 400 else first[:397] + "..."

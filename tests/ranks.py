@@ -146,7 +146,10 @@ def where_in_yours(trace: str) -> str:
     folder = str(impl.exercises_dir())
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
     mine = [(Path(path).name, line, func) for path, line, func in frames if path.startswith(folder)]
-    return f" (in {mine[-1][0]}, line {mine[-1][1]}, {mine[-1][2]})" if mine else ""
+    if not mine:
+        return ""
+    name, line, func = mine[-1]
+    return say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
 
 
 def scenario(launch: Launch, name: str, rank: int) -> dict:
