@@ -1,6 +1,6 @@
 """Lab 00 · MiniGPT and the baseline: the graded checks of lab/exercises/lab00_baseline.py.
 
-Run against your own code with ``pytest tests/test_lab00.py --impl=exercises``.
+Run against your own code with ``make grade LAB=00`` (one exercise: ``make grade EX=0.2``).
 Expected values are computed here independently (loops, closed forms), never taken from the
 reference implementation.
 """

@@ -1,7 +1,7 @@
 """Lab 02 · the ZeRO simulator: the learner's memory formulas, ZeRO-2 step and communication
 accounting, held against the ZeRO paper's own numbers and against the numpy simulation.
 
-``--impl=exercises`` runs the same tests on ``lab/exercises/lab02_zero.py``.
+``make grade LAB=02`` runs them on ``lab/exercises/lab02_zero.py`` (one exercise: ``make grade EX=2.5``).
 """
 
 from __future__ import annotations

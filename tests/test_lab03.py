@@ -1,7 +1,7 @@
 """Lab 03 · FSDP prefetch: the learner's prediction of FSDP's order of events (held against the
 logs of real runs), the global gradient norm from shards, and the choice of wrap units.
 
-``--impl=exercises`` runs the same tests on ``lab/exercises/lab03_fsdp.py``. No process is
+``make grade LAB=03`` runs them on ``lab/exercises/lab03_fsdp.py``. No process is
 started: the real runs' logs are the committed ``lab/results/03-prefetch-cpu.json`` (written by
 ``lab/03_fsdp_prefetch.py``; ``tests/test_lab03_run.py`` checks a fresh run against the same
 rules) and ``lab/results/03-practice-cpu.json``.
