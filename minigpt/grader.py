@@ -55,6 +55,7 @@ WORDS = {
         "all_title": "all of your code at once",
         "lost": "−{points} pt",
         "not_written": "not written yet: {task}",
+        "not_written_short": "not written yet",
         "time_limit": "ran out of time (it did not fail): {what}; the limits are sized for a slow laptop: "
         "raise them with MINIGPT_TIME_SCALE=3 make grade",
         "did_not_run": "did not run",
@@ -72,6 +73,7 @@ WORDS = {
         "all_title": "todo tu código a la vez",
         "lost": "−{points} pt",
         "not_written": "sin escribir todavía: {task}",
+        "not_written_short": "sin escribir todavía",
         "time_limit": "se acabó el tiempo (no falló): {what}; los límites están pensados para un portátil lento: "
         "súbelos con MINIGPT_TIME_SCALE=3 make grade",
         "did_not_run": "no se ejecutó",
@@ -170,9 +172,12 @@ def render(report: Report) -> str:
             else:
                 title = f"{words['exercise']} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
             lines.append(f"  {title} · {got}/{out_of}" + (f" · {words['full']}" if got == out_of else ""))
+            tasks = dict.fromkeys(task_line(r.reason, lang) for r in tests if r.kind == "not written")
+            lines += [f"    {words['not_written'].format(task=task)}" for task in tasks]  # once each
             for r in tests:
                 if not r.passed:
-                    lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {reason_line(r, lang)}")
+                    why = words["not_written_short"] if r.kind == "not written" else reason_line(r, lang)
+                    lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {why}")
         lines.append("")
     lines.append(words["total"].format(earned=report.earned, total=report.total, seconds=report.seconds))
     first_lost = next((r.exercise for r in report.results if not r.passed and r.exercise != "all"), None)

@@ -24,21 +24,18 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from minigpt import impl as impl_switch
+from minigpt import grader, impl as impl_switch
 from tests import limits
 from tests.limits import limit
+from tests.words import say
 
 pytest_plugins = ["tests.ranks"]  # the Lab 01 and Lab 02 launches (fixtures ranks, zero1)
 
-LAB_TITLES = {
-    "00": "MiniGPT and the baseline",
-    "01": "DDP from scratch",
-    "02": "ZeRO simulator",
-    "03": "FSDP prefetch",
-}
+LAB_TITLES = {lab: titles["en"] for lab, titles in grader.catalog()["labs"].items()}  # minigpt/exercises.toml
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -150,8 +147,20 @@ def _reason(call: pytest.CallInfo) -> tuple[str, str]:
         return "not written", str(exc.value) or "not implemented"
     if _ran_out_of_time(call):
         return "time limit", exc.exconly().strip().splitlines()[0][:200]
+    if exc.errisinstance(SyntaxError):  # the learner's file does not parse: where, and why
+        err = exc.value
+        return "failed", say(
+            f"{type(err).__name__} in {err.filename}, line {err.lineno}: {err.msg}",
+            f"{type(err).__name__} en {err.filename}, línea {err.lineno}: {err.msg}",
+        )
     text = exc.exconly().strip().splitlines()
     first = (text[0] if text else exc.typename).removeprefix("AssertionError: ")
+    if not exc.errisinstance(AssertionError):  # an error raised in the learner's code: where
+        folder = impl_switch.exercises_dir()
+        mine = [e for e in exc.traceback if Path(str(e.path)).resolve().is_relative_to(folder)]
+        if mine:
+            name, line, func = Path(str(mine[-1].path)).name, mine[-1].lineno + 1, mine[-1].name
+            first += say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
     if first.startswith("assert ") and exc.errisinstance(AssertionError):
         first = f"a check failed: {first}"  # an assert without a message: pytest's rewrite of it
     return "failed", first if len(first) <= 400 else first[:397] + "..."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -78,9 +79,9 @@ HINTS = (
     (
         r"doesn't match expected size|collective mismatch|Message truncated",
         "the ranks ran different collectives at the same moment: every rank must launch its buckets "
-        "(its collectives) in the same order, bucket 0 first, not in the order the gradients arrive",
-        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas (sus "
-        "colectivas) en el mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
+        "in the same order, bucket 0 first, not in the order the gradients arrive",
+        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas en el "
+        "mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
     ),
     (
         r"[Tt]imed out|[Tt]imeout",
@@ -88,6 +89,13 @@ HINTS = (
         "them in another order)",
         "un rank esperó una colectiva que su compañero nunca empezó (un rank se saltó una colectiva o "
         "las hizo en otro orden)",
+    ),
+    (
+        r"'NoneType' object has no attribute 'wait'",
+        "a bucket that was never launched has no handle to wait for: when a parameter got no gradient, "
+        "raise a RuntimeError that names it",
+        "una cubeta que nunca se lanzó no tiene handle que esperar: si un parámetro no recibió gradiente, "
+        "lanza un RuntimeError que lo nombre",
     ),
     (
         r"[Cc]onnection (closed|reset)|peer",
@@ -98,20 +106,29 @@ HINTS = (
 
 
 def last_error(stderr: str) -> str:
-    """The last line of a rank's stderr that reads like an error, without gloo's source location."""
+    """The last line of a rank's stderr that reads like an error, without gloo's source location
+    (a C++ exception that ended the process: its ``what():`` line, the one that says why)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [
         line
         for line in lines
-        if re.search(r"Error|error:|Exception|terminate called|Aborted|killed at its time limit", line)
+        if re.search(r"Error|error:|Exception|what\(\)|terminate called|Aborted|killed at its time limit", line)
     ]
     line = (errors or lines or ["no output"])[-1]
-    return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)[:300]
+    return clean(line)[:300]
+
+
+def clean(error: str) -> str:
+    """An error line without the source locations of gloo and PyTorch's C++ (``[enforce fail at
+    pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4.``), which say nothing to a learner."""
+    error = re.sub(r"^what\(\):\s*", "", error)
+    error = re.sub(r"\[enforce fail at [^\]]*\]\s*(.*?\d+ vs \d+\.\s*)?", "", error)
+    return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", error)
 
 
 def explain(error: str) -> str:
     """An error line without gloo's source location, with the usual cause when it is a known one."""
-    error = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", error)
+    error = clean(error)
     for pattern, english, spanish in HINTS:
         if re.search(pattern, error):
             return f"{error} ({say('usual cause', 'causa habitual')}: {say(english, spanish)})"
@@ -121,6 +138,18 @@ def explain(error: str) -> str:
 def why_it_stopped(stderr: str) -> str:
     """A stopped rank's last error, explained."""
     return explain(last_error(stderr))
+
+
+def where_in_yours(trace: str) -> str:
+    """`` (in lab01_ddp.py, line 42, _launch)``: the last line of the learner's exercise files in a
+    traceback, or nothing."""
+    folder = str(impl.exercises_dir())
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    mine = [(Path(path).name, line, func) for path, line, func in frames if path.startswith(folder)]
+    if not mine:
+        return ""
+    name, line, func = mine[-1]
+    return say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
 
 
 def scenario(launch: Launch, name: str, rank: int) -> dict:
@@ -140,5 +169,7 @@ def scenario(launch: Launch, name: str, rank: int) -> dict:
         kind, _, message = result["error"].partition(": ")
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        raise AssertionError(f"rank {rank}, {name}: {explain(result['error'])}")
+        raise AssertionError(
+            f"rank {rank}, {name}: {explain(result['error'])}{where_in_yours(result.get('trace', ''))}"
+        )
     return result

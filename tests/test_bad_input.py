@@ -42,6 +42,7 @@ READING = "minigpt.runners.lab03_fsdp_reading"
 PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
 PAGES = "minigpt.pages.site"
+GRADER = "minigpt.grader"
 
 # (entry point, argv, what the line must name). {tmp} is this row's folder (the working directory
 # too), {file} a file in it that is not JSON, where a folder or a results file is needed, and
@@ -142,6 +143,12 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     # the site's tables
     (PAGES, ["--tables-dir", "{file}"], ["--tables-dir {file}"]),
     (PAGES, ["--no-such-option"], ["--no-such-option"]),
+    # the grader (make grade)
+    (GRADER, ["--exercise", "9.9"], ["--exercise 9.9", "0.1", "all"]),
+    (GRADER, ["--lab", "07"], ["--lab 07", "00"]),
+    (GRADER, ["--lang", "fr"], ["--lang fr", "en or es"]),
+    (GRADER, ["--lab", "01", "--exercise", "2.1"], ["--exercise 2.1", "--lab 01"]),
+    (GRADER, ["--impl", "mine"], ["--impl mine", "reference"]),
 ]
 
 # (entry point, argv, the launcher's variables, what the line must name): one subprocess runs them all
@@ -197,6 +204,7 @@ TRIP_WIRES = [
     ("minigpt.runners.lab01_drift", "one_step_amplification"),
     ("minigpt.runners.lab01_kernel_sets", "native_capability"),
     ("minigpt.pages.site", "write_all"),
+    ("minigpt.grader", "_grade"),
 ]
 
 
@@ -274,7 +282,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, PAGES}
+        {PREFETCH, PRACTICE, PAGES, GRADER}
     )
 
 

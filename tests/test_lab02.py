@@ -1,10 +1,12 @@
 """Lab 02 · the ZeRO simulator: the learner's memory formulas, ZeRO-2 step and communication
 accounting, held against the ZeRO paper's own numbers and against the numpy simulation.
 
-``--impl=exercises`` runs the same tests on ``lab/exercises/lab02_zero.py``.
+``make grade LAB=02`` runs them on ``lab/exercises/lab02_zero.py`` (one exercise: ``make grade EX=2.5``).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from minigpt.zero import analytic as za, comm, memory, mlp, simulate
 from tests import ranks
 from tests.ranks import Launch
-from tests.words import say
+from tests.words import refuses, say
 
 pytestmark = pytest.mark.lab("02")
 
@@ -46,6 +48,26 @@ PAPER_TABLE_1 = {
 }
 
 
+def num(x: float) -> str:
+    """A byte or parameter count, short: 7.5e9, 2.5e8, 11380."""
+    return f"{x:g}".replace("e+0", "e").replace("e+", "e")
+
+
+def nums(values) -> str:
+    """A tuple or list of counts, short."""
+    return "(" + ", ".join(num(v) for v in values) + ")"
+
+
+def gb(cells: tuple) -> str:
+    """Table 1's cells (strings, rounded as the paper rounds), without quotes: (52.5, 41.3, 30)."""
+    return "(" + ", ".join(str(c) for c in cells) + ")"
+
+
+def per_worker(values: list) -> str:
+    """One worker's value when all agree, else the list."""
+    return num(values[0]) if len(set(values)) == 1 else "[" + ", ".join(num(v) for v in values) + "]"
+
+
 # --- Exercise 2.1: memory ----------------------------------------------------------------------
 
 
@@ -55,21 +77,67 @@ PAPER_TABLE_1 = {
 def test_every_cell_of_the_zero_papers_table_1(lab02, psi):
     for n, cells in PAPER_TABLE_1[psi].items():
         ours = tuple(za.paper_round(lab02.device_memory(psi, n, stage).device / za.GB) for stage in (1, 2, 3))
-        assert ours == cells, f"Ψ={psi:g}, N={n}: yours {ours}, the paper's {cells}"
-    assert lab02.device_memory(psi, 8, 0).device == 16 * psi, "DDP holds (2 + 2 + 12) Ψ"
+        stage = next((k + 1 for k, (a, b) in enumerate(zip(ours, cells)) if a != b), 1)
+        assert ours == cells, say(
+            f"Ψ = {num(psi)} parameters on {n} device(s), mixed precision: at stages 1, 2, 3 your memory per device "
+            f"is {gb(ours)} GB, the ZeRO paper's Table 1 says {gb(cells)} (first difference: stage {stage})",
+            f"Ψ = {num(psi)} parámetros en {n} dispositivo(s), precisión mixta: en las etapas 1, 2, 3 tu memoria por "
+            f"dispositivo es {gb(ours)} GB, la tabla 1 del artículo de ZeRO dice {gb(cells)} (primera diferencia: "
+            "etapa "
+            f"{stage})",
+        )
+    ddp = lab02.device_memory(psi, 8, 0).device
+    assert ddp == 16 * psi, say(
+        f"stage 0 (DDP), Ψ = {num(psi)} on 8 devices: {num(ddp)} bytes per device, expected 16Ψ = {num(16 * psi)}: "
+        "nothing is sharded, 2 + 2 + 12 bytes per parameter",
+        f"etapa 0 (DDP), Ψ = {num(psi)} en 8 dispositivos: {num(ddp)} bytes por dispositivo, se espera 16Ψ = "
+        f"{num(16 * psi)}: nada se fragmenta, 2 + 2 + 12 bytes por parámetro",
+    )
 
 
 @pytest.mark.exercise("2.1")
 @pytest.mark.points(2)
 def test_recipes_and_working_buffer(lab02):
     psi, n, layer = 1e9, 8, 1e7
-    assert lab02.device_memory(psi, 1, 0, "fp32").device == 16e9, "fp32 Adam: 4 + 4 + 8 bytes"
+    fp32 = lab02.device_memory(psi, 1, 0, "fp32").device
+    assert fp32 == 16e9, say(
+        f"device_memory(1e9, 1, 0, 'fp32').device is {num(fp32)} bytes, expected 1.6e10: fp32 with Adam holds 4 "
+        "(weights) + 4 (gradients) + 8 (Adam's m and v) bytes per parameter",
+        f"device_memory(1e9, 1, 0, 'fp32').device da {num(fp32)} bytes, se espera 1.6e10: fp32 con Adam guarda 4 "
+        "(pesos) + 4 (gradientes) + 8 (m y v de Adam) bytes por parámetro",
+    )
     extra = lab02.device_memory(psi, n, 1, "mixed-fp32-grads").device - lab02.device_memory(psi, n, 1).device
-    assert extra == 4e9, "the fp32 accumulation buffer is whole at stage 1"
-    assert lab02.device_memory(psi, n, 2, "mixed-fp32-grads").grads == 6e9 / n
+    assert extra == 4e9, say(
+        f"stage 1, Ψ = 1e9 on 8 devices: 'mixed-fp32-grads' holds {num(extra)} bytes more than 'mixed', expected 4e9: "
+        "its fp32 gradient-accumulation buffer (4 bytes per parameter) is whole at stage 1, where gradients are not "
+        "sharded",
+        f"etapa 1, Ψ = 1e9 en 8 dispositivos: 'mixed-fp32-grads' ocupa {num(extra)} bytes más que 'mixed', se "
+        "esperan 4e9: su búfer fp32 de acumulación de gradientes (4 bytes por parámetro) está entero en la etapa 1, "
+        "que no fragmenta los gradientes",
+    )
+    grads = lab02.device_memory(psi, n, 2, "mixed-fp32-grads").grads
+    assert grads == 6e9 / n, say(
+        f"stage 2, 'mixed-fp32-grads', Ψ = 1e9 on 8 devices: .grads is {num(grads)} bytes, expected 6e9 / 8 = "
+        f"{num(6e9 / n)}: from stage 2 the gradients (2 + 4 bytes per parameter) are sharded over the 8 devices",
+        f"etapa 2, 'mixed-fp32-grads', Ψ = 1e9 en 8 dispositivos: .grads da {num(grads)} bytes, se espera 6e9 / 8 = "
+        f"{num(6e9 / n)}: desde la etapa 2 los gradientes (2 + 4 bytes por parámetro) se fragmentan entre los 8",
+    )
     m2 = lab02.device_memory(psi, n, 2, largest_layer=layer)
-    assert m2.working == 2 * layer and m2.device == 2 * psi + 14 * psi / n + 2 * layer
-    assert lab02.device_memory(psi, n, 3, largest_layer=layer).working == 4 * layer
+    assert m2.working == 2 * layer and m2.device == 2 * psi + 14 * psi / n + 2 * layer, say(
+        f"stage 2, Ψ = 1e9 on 8 devices, largest layer 1e7: working {num(m2.working)}, device {num(m2.device)} bytes; "
+        f"expected working 2e7 (the largest layer's 2-byte gradient, whole until its reduce-scatter) and device "
+        f"2Ψ + 14Ψ/N + working = {num(2 * psi + 14 * psi / n + 2 * layer)}",
+        f"etapa 2, Ψ = 1e9 en 8 dispositivos, capa mayor de 1e7: working {num(m2.working)}, device {num(m2.device)} "
+        f"bytes; se espera working 2e7 (el gradiente de 2 bytes de la capa mayor, entero hasta su reduce-scatter) y "
+        f"device 2Ψ + 14Ψ/N + working = {num(2 * psi + 14 * psi / n + 2 * layer)}",
+    )
+    working = lab02.device_memory(psi, n, 3, largest_layer=layer).working
+    assert working == 4 * layer, say(
+        f"stage 3, largest layer 1e7: working buffer {num(working)} bytes, expected 4e7: the largest layer's "
+        "gathered 2-byte weights and its whole 2-byte gradient",
+        f"etapa 3, capa mayor de 1e7: búfer de trabajo de {num(working)} bytes, se esperan 4e7: los pesos reunidos "
+        "de 2 bytes de la capa mayor y su gradiente entero de 2 bytes",
+    )
 
 
 @pytest.mark.exercise("2.1")
@@ -77,26 +145,63 @@ def test_recipes_and_working_buffer(lab02):
 def test_offload(lab02):
     psi, n, layer = 1e9, 8, 1e7
     off = lab02.device_memory(psi, n, 3, largest_layer=layer, offload_optimizer=True, offload_params=True)
-    assert (off.device, off.host) == (4 * layer, 16 * psi / n)
+    assert (off.device, off.host) == (4 * layer, 16 * psi / n), offload_message(
+        3,
+        (off.device, off.host),
+        (4 * layer, 16 * psi / n),
+        "with both offloads and a largest layer of 1e7, only the working buffer stays on the device, all 16Ψ/N "
+        "bytes of the shards go to the host",
+        "con las dos descargas y una capa mayor de 1e7, solo el búfer de trabajo se queda en el dispositivo, los "
+        "16Ψ/N bytes de los fragmentos van al host",
+    )
     off2 = lab02.device_memory(psi, n, 2, offload_optimizer=True)
-    assert (off2.device, off2.host) == (2 * psi, 14 * psi / n)
+    assert (off2.device, off2.host) == (2 * psi, 14 * psi / n), offload_message(
+        2,
+        (off2.device, off2.host),
+        (2 * psi, 14 * psi / n),
+        "offload_optimizer: the 2-byte weights stay whole on the device, the optimizer shard (12Ψ/N) and, from "
+        "stage 2, the gradient shard (2Ψ/N) go to the host",
+        "offload_optimizer: los pesos de 2 bytes se quedan enteros en el dispositivo, el fragmento del optimizador "
+        "(12Ψ/N) y, desde la etapa 2, el del gradiente (2Ψ/N) van al host",
+    )
     off1 = lab02.device_memory(psi, n, 1, offload_optimizer=True)
-    assert (off1.device, off1.host) == (4 * psi, 12 * psi / n)
+    assert (off1.device, off1.host) == (4 * psi, 12 * psi / n), offload_message(
+        1,
+        (off1.device, off1.host),
+        (4 * psi, 12 * psi / n),
+        "offload_optimizer: the weights and the whole gradient stay on the device (2 + 2 bytes per parameter), only "
+        "the optimizer shard (12Ψ/N) goes to the host",
+        "offload_optimizer: los pesos y el gradiente entero se quedan en el dispositivo (2 + 2 bytes por parámetro), "
+        "solo el fragmento del optimizador (12Ψ/N) va al host",
+    )
+
+
+def offload_message(stage: int, got: tuple, expected: tuple, why: str, why_es: str) -> str:
+    return say(
+        f"stage {stage}, Ψ = 1e9 on 8 devices: (device, host) = {nums(got)} bytes, expected {nums(expected)}: {why}",
+        f"etapa {stage}, Ψ = 1e9 en 8 dispositivos: (device, host) = {nums(got)} bytes, se espera {nums(expected)}: "
+        f"{why_es}",
+    )
 
 
 @pytest.mark.exercise("2.1")
 @pytest.mark.points(1)
 def test_memory_rejects_bad_input(lab02):
-    for args, kwargs in [
-        ((0, 8, 2), {}),
-        ((-1e9, 8, 2), {}),
-        ((1e9, 0, 2), {}),
-        ((1e9, 8, 4), {}),
-        ((1e9, 8, 2), {"recipe_name": "fp8"}),
-        ((1e9, 8, 2), {"offload_params": True}),
+    for args, kwargs, why, why_es in [
+        ((0, 8, 2), {}, "a model of 0 parameters", "un modelo de 0 parámetros"),
+        ((-1e9, 8, 2), {}, "a negative parameter count", "un número de parámetros negativo"),
+        ((1e9, 0, 2), {}, "0 devices", "0 dispositivos"),
+        ((1e9, 8, 4), {}, "there is no stage 4: the stages are 0 to 3", "no hay etapa 4: las etapas van de 0 a 3"),
+        ((1e9, 8, 2), {"recipe_name": "fp8"}, "there is no recipe 'fp8'", "no existe la receta 'fp8'"),
+        (
+            (1e9, 8, 2),
+            {"offload_params": True},
+            "offload_params needs stage 3, the only one that shards the weights",
+            "offload_params requiere la etapa 3, la única que fragmenta los pesos",
+        ),
     ]:
-        with pytest.raises(ValueError):
-            lab02.device_memory(*args, **kwargs)
+        call = f"device_memory({', '.join([*map(num, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+        refuses(call, partial(lab02.device_memory, *args, **kwargs), why, why_es)
 
 
 # --- Exercise 2.2: the ZeRO-2 step in the simulator --------------------------------------------
@@ -119,9 +224,28 @@ def stage0():
 def test_zero2_ends_with_ddps_weights_bit_for_bit(lab02, stage0, recipe_name):
     for n in (2, 3, 4):
         ours = simulate.simulate(2, n, SPEC, steps=4, recipe_name=recipe_name, rows=24, step_fn=lab02.zero2_step)
-        assert ours.workers_agree, f"N={n}: the workers do not hold the same weights (all-gather missing?)"
+        assert ours.workers_agree, say(
+            f"ZeRO-2 on {n} workers ({recipe_name}): after 4 steps the workers hold different weights: all-gather "
+            "every unit's updated chunks, so that every worker holds all the weights",
+            f"ZeRO-2 en {n} procesos de trabajo ({recipe_name}): tras 4 pasos los procesos tienen pesos distintos: haz "
+            "all-gather de los trozos actualizados de cada unidad, para que cada proceso tenga todos los pesos",
+        )
         for u, (a, b) in enumerate(zip(stage0[(n, recipe_name)].weights, ours.weights)):
-            assert np.array_equal(a, b), f"N={n}, unit {u}: max |diff| {np.abs(a - b).max():.3g}"
+            assert np.array_equal(a, b), say(
+                f"ZeRO-2 on {n} workers ({recipe_name}), unit {u}: after 4 steps the weights differ from DDP's "
+                f"({difference(a, b)}); expected the same bits: ZeRO-2 moves the state, not the arithmetic",
+                f"ZeRO-2 en {n} procesos de trabajo ({recipe_name}), unidad {u}: tras 4 pasos los pesos difieren de "
+                "los de "
+                f"DDP ({difference(a, b, 'es')}); se esperan los mismos bits: ZeRO-2 cambia dónde vive el estado, "
+                "no la aritmética",
+            )
+
+
+def difference(a: np.ndarray, b: np.ndarray, lang: str = "en") -> str:
+    """How two arrays differ, in a few words."""
+    if a.shape != b.shape:
+        return f"shape {b.shape} vs {a.shape}" if lang == "en" else f"forma {b.shape} frente a {a.shape}"
+    return f"max |diff| {np.abs(a - b).max():.3g}" if lang == "en" else f"máx. |dif| {np.abs(a - b).max():.3g}"
 
 
 @pytest.mark.exercise("2.2")
@@ -131,8 +255,14 @@ def test_zero2_holds_what_the_model_predicts(lab02):
         res = simulate.simulate(2, n, SPEC, steps=2, rows=24, step_fn=lab02.zero2_step)
         padded = [comm.padded(u, n) for u in SPEC.unit_sizes]
         expected = memory.device_memory(sum(padded), n, 2, "fp32", largest_layer=max(padded)).device
-        assert res.peak_model_state == [expected] * n, (
-            f"N={n}: peak model state {res.peak_model_state}, expected {expected} on every worker"
+        peak = res.peak_model_state
+        assert peak == [expected] * n, say(
+            f"ZeRO-2 on {n} workers (fp32): model state peaks at {per_worker(peak)} bytes per worker, expected "
+            f"{num(expected)} on every worker: the weights whole, the gradient and Adam shards, and one unit's whole "
+            "gradient (dropped after its reduce-scatter)",
+            f"ZeRO-2 en {n} procesos de trabajo (fp32): los estados del modelo llegan a {per_worker(peak)} bytes por "
+            f"proceso, se esperan {num(expected)} en cada uno: los pesos enteros, los fragmentos del gradiente y "
+            "de Adam, y el gradiente entero de una unidad (que se suelta tras su reduce-scatter)",
         )
 
 
@@ -142,7 +272,16 @@ def test_zero2_sends_what_the_model_predicts(lab02):
     for n in (2, 3, 4):
         res = simulate.simulate(2, n, SPEC, steps=2, rows=24, step_fn=lab02.zero2_step)
         expected = sum(c.bytes_sent for c in comm.unit_collectives(SPEC.unit_sizes, 2, n, 4, 4))
-        assert res.bytes_sent_per_step == [expected] * n
+        sent = res.bytes_sent_per_step
+        assert sent == [expected] * n, say(
+            f"ZeRO-2 on {n} workers (fp32): {per_worker(sent)} bytes sent per worker per step, expected "
+            f"{num(expected)}: per unit, one reduce-scatter of the gradient and one all-gather of the weights, each "
+            "(N-1)/N of the padded unit",
+            f"ZeRO-2 en {n} procesos de trabajo (fp32): {per_worker(sent)} bytes enviados por proceso y paso, se "
+            "esperan "
+            f"{num(expected)}: por unidad, un reduce-scatter del gradiente y un all-gather de los pesos, cada uno "
+            "(N-1)/N de la unidad con relleno",
+        )
 
 
 # --- Exercise 2.3: communication ---------------------------------------------------------------
@@ -153,17 +292,70 @@ def test_zero2_sends_what_the_model_predicts(lab02):
 def test_communication_per_stage(lab02):
     psi, n = 7.5e9, 64
     one = (n - 1) / n
-    for stage, passes in ((0, 2), (1, 2), (2, 2), (3, 3)):
+    for stage, passes, what, what_es in (
+        (0, 2, "one all-reduce of the gradients (2 passes)", "un all-reduce de los gradientes (2 pasadas)"),
+        (
+            1,
+            2,
+            "a reduce-scatter of the gradients, an all-gather of the weights",
+            "un reduce-scatter de los gradientes y un all-gather de los pesos",
+        ),
+        (
+            2,
+            2,
+            "a reduce-scatter of the gradients, an all-gather of the weights",
+            "un reduce-scatter de los gradientes y un all-gather de los pesos",
+        ),
+        (
+            3,
+            3,
+            "a reduce-scatter, and an all-gather before forward and again before backward",
+            "un reduce-scatter, y un all-gather antes del forward y otro antes del backward",
+        ),
+    ):
         got = comm.traffic(lab02.step_collectives(psi, stage, n)).total
-        assert got == pytest.approx(passes * one * psi * 2), f"stage {stage}"
-    assert comm.traffic(lab02.step_collectives(psi, 3, n, reshard_after_forward=False)).total == pytest.approx(
-        2 * one * psi * 2
+        assert got == pytest.approx(passes * one * psi * 2), traffic_message(
+            f"step_collectives(7.5e9, {stage}, 64)",
+            got,
+            passes * one * psi * 2,
+            f"{passes} x (N-1)/N x Ψ x 2 bytes",
+            what,
+            what_es,
+        )
+    got = comm.traffic(lab02.step_collectives(psi, 3, n, reshard_after_forward=False)).total
+    assert got == pytest.approx(2 * one * psi * 2), traffic_message(
+        "step_collectives(7.5e9, 3, 64, reshard_after_forward=False)",
+        got,
+        2 * one * psi * 2,
+        "2 x (N-1)/N x Ψ x 2 bytes",
+        "the weights stay gathered from forward to backward: one all-gather (count=1)",
+        "los pesos siguen reunidos del forward al backward: un solo all-gather (count=1)",
     )
-    assert comm.traffic(lab02.step_collectives(psi, 0, n, recipe_name="fp32")).total == pytest.approx(2 * one * psi * 4)
+    got = comm.traffic(lab02.step_collectives(psi, 0, n, recipe_name="fp32")).total
+    assert got == pytest.approx(2 * one * psi * 4), traffic_message(
+        "step_collectives(7.5e9, 0, 64, recipe_name='fp32')",
+        got,
+        2 * one * psi * 4,
+        "2 x (N-1)/N x Ψ x 4 bytes",
+        "fp32 gradients travel at 4 bytes each (recipe.reduce_bytes)",
+        "los gradientes fp32 viajan a 4 bytes cada uno (recipe.reduce_bytes)",
+    )
     # the paper's volumes (Section 7): 2Ψ, 2Ψ, 2Ψ, 3Ψ elements, ring factor taken as 1
     for stage, volume in zip(za.STAGES, (2, 2, 2, 3)):
         elements = sum(c.count * za.RING_PASSES[c.op] * c.elements for c in lab02.step_collectives(psi, stage, n))
-        assert elements == volume * psi
+        assert elements == volume * psi, say(
+            f"stage {stage}: your collectives move {num(elements)} elements per step (count x passes x elements, "
+            f"ring factor taken as 1), the ZeRO paper's Section 7 says {volume}Ψ = {num(volume * psi)}",
+            f"etapa {stage}: tus colectivas mueven {num(elements)} elementos por paso (count x pasadas x elementos, "
+            f"con factor del anillo 1), la sección 7 del artículo de ZeRO dice {volume}Ψ = {num(volume * psi)}",
+        )
+
+
+def traffic_message(call: str, got: float, expected: float, formula: str, why: str, why_es: str) -> str:
+    return say(
+        f"{call}: {num(got)} bytes sent per device per step, expected {formula} = {num(expected)}: {why}",
+        f"{call}: {num(got)} bytes enviados por dispositivo y paso, se espera {formula} = {num(expected)}: {why_es}",
+    )
 
 
 @pytest.mark.exercise("2.3")
@@ -171,11 +363,39 @@ def test_communication_per_stage(lab02):
 def test_hsdp_traffic_inside_and_across(lab02):
     psi, s, r = 1e9, 8, 4
     t = comm.traffic(lab02.step_collectives(psi, 3, s, r))
-    assert t.inside == pytest.approx(7 / 8 * psi * (2 + 2 * 2))
-    assert t.across == pytest.approx(2 * 3 / 4 * psi / 8 * 2)
-    assert comm.traffic(lab02.step_collectives(psi, 3, 32)).across == 0
-    with pytest.raises(ValueError):
-        lab02.step_collectives(psi, 0, s, r)
+    where = say(
+        "HSDP, stage 3, Ψ = 1e9, shard groups of S = 8 devices, R = 4 replicas",
+        "HSDP, etapa 3, Ψ = 1e9, grupos de fragmentación de S = 8 dispositivos, R = 4 réplicas",
+    )
+    assert t.inside == pytest.approx(7 / 8 * psi * (2 + 2 * 2)), say(
+        f"{where}: {num(t.inside)} bytes sent inside the shard group, expected (S-1)/S x Ψ x (2 + 2 x 2) = "
+        f"{num(7 / 8 * psi * 6)}: a reduce-scatter of the gradients and two all-gathers of the weights, in the shard "
+        "group (group 'shard', of S devices)",
+        f"{where}: {num(t.inside)} bytes enviados dentro del grupo de fragmentación, se espera (S-1)/S x Ψ x "
+        f"(2 + 2 x 2) = {num(7 / 8 * psi * 6)}: un reduce-scatter de los gradientes y dos all-gather de los pesos, "
+        "en el grupo 'shard', de S dispositivos",
+    )
+    assert t.across == pytest.approx(2 * 3 / 4 * psi / 8 * 2), say(
+        f"{where}: {num(t.across)} bytes sent across replicas, expected 2(R-1)/R x Ψ/S x 2 = "
+        f"{num(2 * 3 / 4 * psi / 8 * 2)}: each rank all-reduces only its gradient shard (Ψ/S elements) with the R "
+        "replicas that hold the same shard (group 'replica')",
+        f"{where}: {num(t.across)} bytes enviados entre réplicas, se espera 2(R-1)/R x Ψ/S x 2 = "
+        f"{num(2 * 3 / 4 * psi / 8 * 2)}: cada rank hace all-reduce solo de su fragmento del gradiente (Ψ/S "
+        "elementos) con las R réplicas que tienen el mismo fragmento (grupo 'replica')",
+    )
+    across = comm.traffic(lab02.step_collectives(psi, 3, 32)).across
+    assert across == 0, say(
+        f"step_collectives(1e9, 3, 32), plain ZeRO-3 with replicas=1: {num(across)} bytes sent across replicas, "
+        "expected 0: with one replica there is no 'replica' group",
+        f"step_collectives(1e9, 3, 32), ZeRO-3 sin réplicas (replicas=1): {num(across)} bytes enviados entre "
+        "réplicas, se espera 0: con una sola réplica no hay grupo 'replica'",
+    )
+    refuses(
+        "step_collectives(1e9, 0, 8, 4)",
+        lambda: lab02.step_collectives(psi, 0, s, r),
+        "stage 0 (DDP) does not shard, so it cannot have replicas: replicas must be 1",
+        "la etapa 0 (DDP) no fragmenta, así que no puede tener réplicas: replicas debe ser 1",
+    )
 
 
 # --- Exercises 2.4 and 2.5: a real ZeRO-1 optimizer that follows torch.optim's rules ---------------
@@ -206,9 +426,21 @@ def test_trainable_parameters_leave_out_frozen_and_repeat_none(lab02):
 
     model = Toy()
     got = lab02.trainable_parameters(list(model.parameters()) + [model.head.weight, model.hidden.bias])
-    assert [id(p) for p in got] == [id(p) for p in model.parameters() if p.requires_grad], (
-        "the parameters that train, each once (compare by identity), in the order given; no frozen one"
+    expected = [p for p in model.parameters() if p.requires_grad]
+    assert [id(p) for p in got] == [id(p) for p in expected], say(
+        "trainable_parameters(model.parameters() + [head.weight, hidden.bias]) returned "
+        f"{parameter_names(model, got)}, expected {parameter_names(model, expected)}: the parameters that train, "
+        "each once (compare with id()), in the order given; no frozen one",
+        "trainable_parameters(model.parameters() + [head.weight, hidden.bias]) devolvió "
+        f"{parameter_names(model, got)}, se espera {parameter_names(model, expected)}: los parámetros que "
+        "entrenan, cada uno una vez (compara con id()), en el orden dado; ninguno congelado",
     )
+
+
+def parameter_names(model, params) -> str:
+    """The names of ``params`` in ``model`` (tied weights by their first name), on one line."""
+    names = {id(p): name for name, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+    return "[" + ", ".join(names.get(id(p), type(p).__name__) for p in params) + "]"
 
 
 @pytest.mark.exercise("2.4")
@@ -216,13 +448,22 @@ def test_trainable_parameters_leave_out_frozen_and_repeat_none(lab02):
 def test_zero1_frozen_parameters_cost_nothing_and_never_move(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "all", "2.4"):
-                assert r["frozen"] == [2.0, 2.0], (
-                    f"{size} ranks, {optimizer}: the frozen parameter moved: {r['frozen']}"
+            for rank, r in enumerate(scenario(zero1, size, optimizer, "all", "2.4")):
+                assert r["frozen"] == [2.0, 2.0], say(
+                    f"{size} ranks, {optimizer}, rank {rank}: the frozen parameter (requires_grad=False) moved from "
+                    f"[2.0, 2.0] to {r['frozen']} in 10 steps; expected it unchanged: keep it out of the optimizer",
+                    f"{size} ranks, {optimizer}, rank {rank}: el parámetro congelado (requires_grad=False) pasó de "
+                    f"[2.0, 2.0] a {r['frozen']} en 10 pasos; se espera que no cambie: déjalo fuera del optimizador",
                 )
-                assert not r["frozen_in_flat"] and r["flat_numel"] == r["trainable_numel"], (
-                    f"{size} ranks: the flat buffers hold {r['flat_numel']} numbers, the trainable parameters "
-                    f"{r['trainable_numel']}: a frozen parameter costs gradient memory there"
+                assert not r["frozen_in_flat"] and r["flat_numel"] == r["trainable_numel"], say(
+                    f"{size} ranks, {optimizer}, rank {rank}: the flat buffers hold {r['flat_numel']} numbers, the "
+                    f"trainable parameters {r['trainable_numel']}"
+                    + (" (the frozen parameter is in them)" if r["frozen_in_flat"] else "")
+                    + ": leave frozen parameters out, there they cost gradient memory",
+                    f"{size} ranks, {optimizer}, rank {rank}: los búferes planos tienen {r['flat_numel']} números, los "
+                    f"parámetros entrenables {r['trainable_numel']}"
+                    + (" (el parámetro congelado está en ellos)" if r["frozen_in_flat"] else "")
+                    + ": deja fuera los parámetros congelados, ahí cuestan memoria de gradientes",
                 )
 
 
@@ -231,12 +472,21 @@ def test_zero1_frozen_parameters_cost_nothing_and_never_move(zero1):
 def test_zero1_equals_plain_optimizers(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "all", "2.5"):
-                assert agrees(r, size), (
-                    f"{size} ranks, {optimizer}: after 10 steps the weights differ from one process by "
-                    f"{r['max_param_diff']:.2e} and the optimizer state by {r['max_state_diff']:.2e} "
-                    f"({'expected: bit for bit' if size == 2 else f'expected: <= {ZERO1_TOLERANCE:g}'})"
+            for rank, r in enumerate(scenario(zero1, size, optimizer, "all", "2.5")):
+                assert agrees(r, size), say(
+                    f"{size} ranks, {optimizer}, rank {rank}: after 10 steps the weights differ from the plain "
+                    f"optimizer's in one process by {r['max_param_diff']:.2e} and the optimizer state by "
+                    f"{r['max_state_diff']:.2e} ({expected_agreement(size)})",
+                    f"{size} ranks, {optimizer}, rank {rank}: tras 10 pasos los pesos difieren de los del optimizador "
+                    f"normal en un proceso en {r['max_param_diff']:.2e} y el estado del optimizador en "
+                    f"{r['max_state_diff']:.2e} ({expected_agreement(size)})",
                 )
+
+
+def expected_agreement(size: int) -> str:
+    if size == 2:
+        return say("expected: the same bits", "se esperan los mismos bits")
+    return say(f"expected <= {ZERO1_TOLERANCE:g}", f"se espera <= {ZERO1_TOLERANCE:g}")
 
 
 @pytest.mark.exercise("2.5")
@@ -244,15 +494,31 @@ def test_zero1_equals_plain_optimizers(zero1):
 def test_zero1_leaves_gradientless_parameters_alone(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
-            for r in scenario(zero1, size, optimizer, "some", "2.5"):
-                assert r["untouched_checked"] > 0
-                assert not r["touched_while_unused"], (
-                    f"{size} ranks, {optimizer}: a parameter no rank gave a gradient moved: "
-                    f"{', '.join(r['touched_while_unused'][:3])} (torch.optim skips a parameter whose .grad is None)"
+            for rank, r in enumerate(scenario(zero1, size, optimizer, "some", "2.5")):
+                assert r["untouched_checked"] > 0, say(
+                    f"{size} ranks, {optimizer}, rank {rank}: the scenario checked no parameter left without gradient "
+                    "on every rank, so this test proved nothing (a fault of tests/zero1_worker.py, not of your code)",
+                    f"{size} ranks, {optimizer}, rank {rank}: el escenario no comprobó ningún parámetro sin gradiente "
+                    "en todos los ranks, así que esta prueba no demostró nada (un fallo de tests/zero1_worker.py, no "
+                    "de tu código)",
                 )
-                assert agrees(r, size), (
-                    f"{size} ranks, {optimizer}: {r['max_param_diff']:.2e} from one process (weights), "
-                    f"{r['max_state_diff']:.2e} (optimizer state)"
+                assert not r["touched_while_unused"], say(
+                    f"{size} ranks, {optimizer}, rank {rank}: parameters that no rank gave a gradient moved: "
+                    f"{', '.join(r['touched_while_unused'][:3])}; expected them unchanged, as torch.optim skips a "
+                    "parameter whose .grad is None (skip the pieces whose usage mark is 0)",
+                    f"{size} ranks, {optimizer}, rank {rank}: se movieron parámetros a los que ningún rank dio "
+                    "gradiente: "
+                    f"{', '.join(t.replace(' at step ', ' en el paso ') for t in r['touched_while_unused'][:3])}; "
+                    "se espera que no cambien, como torch.optim "
+                    "se salta un parámetro cuyo .grad es None (sáltate las piezas cuya marca de uso es 0)",
+                )
+                assert agrees(r, size), say(
+                    f"{size} ranks, {optimizer}, rank {rank}: after 10 steps, some without gradient for some "
+                    f"parameters, the weights differ from one process by {r['max_param_diff']:.2e} and the optimizer "
+                    f"state by {r['max_state_diff']:.2e} ({expected_agreement(size)})",
+                    f"{size} ranks, {optimizer}, rank {rank}: tras 10 pasos, algunos sin gradiente para algunos "
+                    f"parámetros, los pesos difieren de un proceso en {r['max_param_diff']:.2e} y el estado del "
+                    f"optimizador en {r['max_state_diff']:.2e} ({expected_agreement(size)})",
                 )
 
 
@@ -260,10 +526,14 @@ def test_zero1_leaves_gradientless_parameters_alone(zero1):
 @pytest.mark.points(1)
 def test_zero1_sends_the_ring_bytes(zero1):
     for size in (2, 3):
-        for r in scenario(zero1, size, "adamw", "some", "2.5"):
-            assert set(r["sent"]) == {r["expected_sent"]}, (
-                f"{size} ranks: sent {sorted(set(r['sent']))} bytes per step, expected {r['expected_sent']}: "
-                "the usage marks all-reduced, each gradient reduce-scattered, the weights all-gathered, on Lab 01's ring"
+        for rank, r in enumerate(scenario(zero1, size, "adamw", "some", "2.5")):
+            assert set(r["sent"]) == {r["expected_sent"]}, say(
+                f"{size} ranks, rank {rank}: sent {per_worker(sorted(set(r['sent'])))} bytes per step, expected "
+                f"{r['expected_sent']}: the usage marks all-reduced, each flat gradient reduce-scattered, the weights "
+                "all-gathered, all on Lab 01's ring",
+                f"{size} ranks, rank {rank}: envió {per_worker(sorted(set(r['sent'])))} bytes por paso, se esperan "
+                f"{r['expected_sent']}: all-reduce de las marcas de uso, reduce-scatter de cada gradiente plano y "
+                "all-gather de los pesos, todo en el anillo del Lab 01",
             )
 
 
@@ -282,15 +552,20 @@ def test_all_together_your_zero2_obeys_your_formulas_and_your_zero1_trains(lab02
         memory_now = lab02.device_memory(sum(padded), n, 2, "fp32", largest_layer=max(padded)).device
         sent = sum(c.bytes_sent for c in lab02.step_collectives(sum(padded), 2, n, recipe_name="fp32"))
         assert res.peak_model_state == [memory_now] * n, say(
-            f"{n} workers: the simulation holds {res.peak_model_state} bytes at its peak, "
-            f"your device_memory says {memory_now}",
-            f"{n} trabajadores: la simulación tiene {res.peak_model_state} bytes en su pico, "
-            f"tu device_memory dice {memory_now}",
+            f"ZeRO-2 on {n} workers (fp32): your zero2_step's model state peaks at {per_worker(res.peak_model_state)} "
+            f"bytes per worker, your device_memory(Ψ, {n}, 2, 'fp32', largest_layer) says {num(memory_now)}: one of "
+            "them is wrong (make grade EX=2.1 and EX=2.2 tell which)",
+            f"ZeRO-2 en {n} procesos de trabajo (fp32): los estados del modelo de tu zero2_step llegan a "
+            f"{per_worker(res.peak_model_state)} bytes por proceso, tu device_memory(Ψ, {n}, 2, 'fp32', "
+            f"largest_layer) dice {num(memory_now)}: uno de los dos falla (make grade EX=2.1 y EX=2.2 dicen cuál)",
         )
         assert res.bytes_sent_per_step == [sent] * n, say(
-            f"{n} workers: the simulation sends {res.bytes_sent_per_step} bytes per step, your step_collectives {sent}",
-            f"{n} trabajadores: la simulación envía {res.bytes_sent_per_step} bytes por paso, "
-            f"tu step_collectives {sent}",
+            f"ZeRO-2 on {n} workers (fp32): your zero2_step sends {per_worker(res.bytes_sent_per_step)} bytes per "
+            f"worker per step, your step_collectives(Ψ, 2, {n}, recipe_name='fp32') add up to {num(sent)}: one of "
+            "them is wrong (make grade EX=2.2 and EX=2.3 tell which)",
+            f"ZeRO-2 en {n} procesos de trabajo (fp32): tu zero2_step envía {per_worker(res.bytes_sent_per_step)} "
+            f"bytes por proceso y paso, tus step_collectives(Ψ, 2, {n}, recipe_name='fp32') suman {num(sent)}: uno "
+            "de los dos falla (make grade EX=2.2 y EX=2.3 dicen cuál)",
         )
     for r in scenario(zero1, 3, "adamw", "some", "all"):
         assert agrees(r, 3), say(

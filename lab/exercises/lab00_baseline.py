@@ -2,8 +2,9 @@
 
 Fill in each function, then grade yourself:
 
-    make grade                                   # every lab
-    .venv/bin/python -m pytest tests/test_lab00.py --impl=exercises   # this lab only
+    make grade LAB=00          # this lab: points per exercise, one line per lost point
+    make grade EX=0.1          # one exercise (the reference stands in for the others)
+    make grade LAB=00 LANG=es  # el informe en español
 
 Each stub has the signature of the reference in ``minigpt/`` and says what to build. Read the
 lab guide first: ``lab/00-minigpt-baseline.md``.

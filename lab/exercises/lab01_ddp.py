@@ -2,8 +2,9 @@
 
 Fill in the four pieces, then grade yourself:
 
-    make grade                                                       # every lab
-    .venv/bin/python -m pytest tests/test_lab01.py --impl=exercises  # this lab only
+    make grade LAB=01          # this lab: points per exercise, one line per lost point
+    make grade EX=1.1          # one exercise (the reference stands in for the others)
+    make grade LAB=01 LANG=es  # el informe en español
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --impl exercises   # train with yours
 
 Read the lab guide first: ``lab/01-ddp-from-scratch.md``. The reference is in

@@ -3,8 +3,9 @@
 Fill in the five pieces (2.1-2.3 in the numpy simulator, 2.4-2.5 in a real ZeRO-1 optimizer), then
 grade yourself:
 
-    make grade                                                        # every lab
-    .venv/bin/python -m pytest tests/test_lab02.py --impl=exercises   # this lab only
+    make grade LAB=02          # this lab: points per exercise, one line per lost point
+    make grade EX=2.1          # one exercise (the reference stands in for the others)
+    make grade LAB=02 LANG=es  # el informe en español
 
 Read the lab guide first: ``lab/02-zero-simulator.md``. The reference is in
 ``minigpt/zero/memory.py``, ``minigpt/zero/comm.py``, ``minigpt/zero/simulate.py`` and

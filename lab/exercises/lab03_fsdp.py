@@ -2,8 +2,9 @@
 
 Fill in the three pieces, then grade yourself:
 
-    make grade                                                        # every lab
-    .venv/bin/python -m pytest tests/test_lab03.py --impl=exercises   # this lab only
+    make grade LAB=03          # this lab: points per exercise, one line per lost point
+    make grade EX=3.1          # one exercise (the reference stands in for the others)
+    make grade LAB=03 LANG=es  # el informe en español
 
 Read the lab guide first: ``lab/03-fsdp-prefetch.md``, and the annotated reading of PyTorch's
 prefetch code (``python lab/03_fsdp_reading.py``). The reference is in
@@ -34,8 +35,13 @@ def predict_event_order(n_blocks: int, variant: str) -> list[str]:
     blocks; after its forward a block is resharded unless ``reshard_after_forward`` is False;
     the root is not resharded after forward; backward starts with the root's pre-backward;
     after a block's backward its post-backward reduce-scatters it (BACKWARD_POST prefetches
-    then, instead of in the pre-backward); the root reduce-scatters last. FSDP1 with forward
-    prefetch has one more twist, which the lab guide explains (section "Predict the order").
+    then, instead of in the pre-backward); the root reduce-scatters last.
+
+    FSDP1 has one more rule (the lab guide's note "A surprise", section "Predict the order"): a
+    unit's post-backward runs only after the backward of the first computation that started
+    after the unit was all-gathered in forward. For a unit gathered right before its own forward
+    that is its own backward, as in FSDP2; but with ``forward_prefetch`` a block gathered during
+    the previous block's forward reduce-scatters only after that previous block's backward.
 
     Raise ValueError for an unknown variant or ``n_blocks < 1``.
     """
