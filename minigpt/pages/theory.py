@@ -271,7 +271,7 @@ def hsdp_layouts(lang: str) -> str:
             s, r = za.hsdp_degrees(world, per_node, shard, replicas)
             result = tr(lang, f"{s} shards × {r} replicas", f"{s} fragmentos × {r} réplicas")
             if s > per_node:
-                result += tr(lang, " (a shard group spans nodes)", " (un grupo de fragmentos cruza nodos)")
+                result += tr(lang, " (a shard group spans nodes)", " (un grupo de fragmentación cruza nodos)")
         except ValueError:
             if shard is not None and replicas is not None:
                 why = f"{shard} × {replicas} ≠ {world}"
@@ -298,7 +298,7 @@ def hsdp_groups(lang: str) -> str:
     headers = [tr(lang, "group", "grupo"), tr(lang, "ranks", "ranks"), tr(lang, "collectives", "colectivas")]
     rows = [
         [
-            tr(lang, f"shard group {i} (node {i})", f"grupo de fragmentos {i} (nodo {i})"),
+            tr(lang, f"shard group {i} (node {i})", f"grupo de fragmentación {i} (nodo {i})"),
             ", ".join(map(str, g)),
             "all-gather, reduce-scatter",
         ]
