@@ -354,10 +354,11 @@ class FsdpMemory:
     sharded_grads: float
     optimizer: float
     gathered: float  # unsharded low-precision parameters of the units in flight
+    unsharded_grad: float  # the running unit's whole gradient, before its reduce-scatter
 
     @property
     def total(self) -> float:
-        return self.sharded_params + self.sharded_grads + self.optimizer + self.gathered
+        return self.sharded_params + self.sharded_grads + self.optimizer + self.gathered + self.unsharded_grad
 
 
 def fsdp_memory(
@@ -369,9 +370,14 @@ def fsdp_memory(
     compute_bytes: int = 2,
     optimizer_bytes: int = 8,
 ) -> FsdpMemory:
-    """FSDP's model-state bytes per device: fp32 sharded parameters and gradients and Adam's two
-    moments (4 + 4 + 8 bytes per parameter, over N), plus the ``units_in_flight`` wrap units whose
-    parameters are all-gathered in the compute dtype (the one running and the one prefetched)."""
+    """FSDP's peak model-state bytes per device, in the backward pass: fp32 sharded parameters and
+    gradients and Adam's two moments (4 + 4 + 8 bytes per parameter, over N), the
+    ``units_in_flight`` wrap units whose parameters are all-gathered in the compute dtype (the one
+    running and the one prefetched), and the running unit's whole gradient in the compute dtype,
+    which exists until its reduce-scatter (what PyTorch's ``BackwardPrefetch.BACKWARD_PRE`` counts:
+    the current parameters, the next ones and the current gradient). Lab 02's ZeRO-3 working buffer
+    (``minigpt.zero.memory.working_buffer``) counts the same unit's weights and gradient. A
+    ``reduce_dtype`` wider than the compute dtype adds a short-lived cast copy, not counted."""
     _positive_int("n_devices", n_devices)
     _positive_int("units_in_flight", units_in_flight)
     return FsdpMemory(
@@ -379,6 +385,7 @@ def fsdp_memory(
         sharded_grads=master_bytes * psi / n_devices,
         optimizer=optimizer_bytes * psi / n_devices,
         gathered=units_in_flight * unit_params * compute_bytes,
+        unsharded_grad=unit_params * compute_bytes,
     )
 
 
