@@ -260,6 +260,24 @@ def tensor_parallel_bytes_per_layer(
     return 4 * ring_bytes_per_worker(seq_len * batch * hidden * bytes_per_element, tp)
 
 
+def context_parallel_bytes_per_layer(
+    seq_len: int, batch: int, kv_hidden: int, cp: int, bytes_per_element: int = 2, gradients_home: bool = False
+) -> float:
+    """Bytes one device sends per transformer layer (forward + backward) under ring attention over
+    ``cp`` devices, each holding s/c tokens, so that a key and value block is 2 s b h_kv / c
+    elements. Forward: the blocks go round the ring, c - 1 hops. Backward: they go round again,
+    and with them their partial gradients, as many elements, so the backward sends twice the
+    forward's bytes: 6 (c - 1)/c s b h_kv elements in all, comparable with
+    ``tensor_parallel_bytes_per_layer`` (forward + backward too). ``gradients_home`` adds the one
+    more hop that brings each gradient block back to the device that owns it, as PyTorch's ring
+    attention (``torch.distributed.tensor.experimental.context_parallel``) sends it."""
+    _positive_int("cp", cp)
+    _positive_int("kv_hidden", kv_hidden)
+    block = 2 * seq_len * batch * kv_hidden * bytes_per_element / cp
+    hops = 3 * (cp - 1) + (1 if gradients_home and cp > 1 else 0)
+    return hops * block
+
+
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """Fraction of a pipeline step each device sits idle (GPipe, and 1F1B as well):
     (p - 1) / (m + p - 1)."""
