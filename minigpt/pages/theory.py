@@ -391,6 +391,14 @@ def fsdp_memory(lang: str) -> str:
         + cells([m.optimizer for m in per_model]),
         [tr(lang, "bf16 blocks in flight (current + prefetched)", "bloques bf16 en vuelo (el actual + el precargado)")]
         + cells([m.gathered for m in per_model]),
+        [
+            tr(
+                lang,
+                "bf16 gradient of the current block, before its reduce-scatter",
+                "gradiente bf16 del bloque actual, antes de su reduce-scatter",
+            )
+        ]
+        + cells([m.unsharded_grad for m in per_model]),
         [tr(lang, "**total, block-level wrapping**", "**total, envoltura por bloque**")]
         + [f"**{c}**" for c in cells([m.total for m in per_model])],
         [tr(lang, "total, one unit for the whole model", "total, una sola unidad para todo el modelo")]
