@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean
+.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -19,6 +19,9 @@ help:
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
+	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
+	@echo "             benchmark alone takes about 18 min); results-01, results-02, results-03 one lab."
+	@echo "             Learners never need it: every command of the guides writes to out/"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,3 +79,32 @@ serve: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out site build/tables docs/figures
+
+# Maintainers: the committed measurements in lab/results/, each file re-measured by the command that
+# wrote it (the pages' "measured on" notes and the page tests, tests/test_lab0N_page.py, name them).
+# A run re-renders its tables and figures beside its JSON. Afterwards update the pages' machine and
+# date, and run the page tests: the numbers the pages quote must still be the measured ones.
+TORCHRUN := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2
+RESULTS  := lab/results
+
+results: results-01 results-02 results-03
+
+results-01: $(STAMP)
+	$(TORCHRUN) lab/01_ddp.py --check --report $(RESULTS)/01-check-adamw-cpu.json
+	$(TORCHRUN) lab/01_ddp.py --check --dtype float64 --report $(RESULTS)/01-check-float64-cpu.json
+	$(TORCHRUN) lab/01_ddp.py --check --optimizer sgd --lr 0.1 --min-lr 0 --report $(RESULTS)/01-check-sgd-cpu.json
+	$(PY) lab/01_kernel_sets.py --config adamw --out $(RESULTS)
+	$(PY) lab/01_kernel_sets.py --config sgd --out $(RESULTS)
+	$(PY) lab/01_drift.py --out $(RESULTS)
+	$(PY) lab/01_drift.py --sources 0,286 --out $(RESULTS)
+	$(TORCHRUN) lab/01_benchmark.py --out $(RESULTS)
+
+results-02: $(STAMP)
+	$(TORCHRUN) lab/02_crosscheck.py --report $(RESULTS)/02-crosscheck-cpu.json
+	$(PY) lab/02_crosscheck.py --render $(RESULTS)/02-crosscheck-cpu.json
+
+results-03: $(STAMP)
+	$(TORCHRUN) lab/03_fsdp_prefetch.py --quiet --report $(RESULTS)/03-prefetch-cpu.json
+	$(PY) lab/03_fsdp_prefetch.py --render $(RESULTS)/03-prefetch-cpu.json
+	$(TORCHRUN) lab/03_fsdp_practice.py --steps 20 --report $(RESULTS)/03-practice-cpu.json
+	$(PY) lab/03_fsdp_practice.py --render $(RESULTS)/03-practice-cpu.json

@@ -129,6 +129,24 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(refuse(self.name, argparse_message(message)))
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with every option's default, said once: ``(default: X)`` is added to an option's
+    help unless the help already says its default (the word ``default`` is in it) or there is none
+    to say (``None``, or a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
+def plain(line: str) -> str:
+    """A docstring line without its reStructuredText markup, for ``--help``:
+    ``:class:`BucketedDDP``` -> ``BucketedDDP``, ````--check```` -> ``--check``."""
+    return re.sub(r"``([^`]+)``", r"\1", re.sub(r":\w+:`~?([^`]+)`", r"\1", line))
+
+
 def torchrun_parser(script: str, doc: str, nproc: str = "N") -> ArgumentParser:
     """The parser of a lab script started with torchrun: ``--help`` shows the command
     (``torchrun --nproc_per_node=N lab/01_ddp.py``), the first line of the runner's docstring, every
@@ -137,8 +155,8 @@ def torchrun_parser(script: str, doc: str, nproc: str = "N") -> ArgumentParser:
     return ArgumentParser(
         prog=f"torchrun --nproc_per_node={nproc} {script}",
         name=script,
-        description=doc.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=plain(doc.split("\n")[0]),
+        formatter_class=HelpFormatter,
         epilog=TORCHRUN_EPILOG,
     )
 

@@ -97,6 +97,30 @@ RULES: dict[str, cli.Number] = {
 }
 
 
+# every field's --help line, defined once: here and in the lab scripts (each adds its default)
+HELP: dict[str, str] = {
+    "steps": "optimizer steps; the learning-rate schedule spans them",
+    "batch_size": "sentences per optimizer step (the global batch)",
+    "accum": "micro-batches per step (gradient accumulation); must divide --batch-size",
+    "optimizer": "adamw, or sgd with momentum",
+    "lr": "peak learning rate, reached at the end of the warm-up",
+    "min_lr": "learning rate at the end of the cosine decay",
+    "warmup": "steps of linear warm-up up to --lr",
+    "weight_decay": "the optimizer's weight decay",
+    "momentum": "SGD's momentum (AdamW does not use it)",
+    "grad_clip": "clip the gradient's global norm to this; 0 turns clipping off",
+    "eval_every": "evaluate every this many steps; 0 evaluates only at the end",
+    "eval_sentences": "sentences per intermediate evaluation (the final one uses all)",
+    "seed": "seed of the initial weights and of every batch",
+    "dtype": "precision of the weights and of the computation",
+    "n_layer": "transformer blocks",
+    "n_head": "attention heads per block",
+    "n_embd": "width of the embeddings and of every block",
+    "block_size": "longest sequence the model reads, in tokens",
+    "dropout": "dropout probability",
+}
+
+
 def flag(name: str) -> str:
     """The command-line option of a TrainConfig field: ``batch_size`` -> ``--batch-size``."""
     return "--" + name.replace("_", "-")
@@ -349,13 +373,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m minigpt.train",
         name="minigpt.train",
         description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=cli.HelpFormatter,
     )
     for f in fields(TrainConfig):
         kwargs = {
             "type": RULES.get(f.name, type(getattr(defaults, f.name))),
-            "default": None,
-            "help": f"(default {getattr(defaults, f.name)})",
+            "default": None,  # None: not given (a resumed run keeps its checkpoint's settings)
+            "help": f"{HELP[f.name]} (default: {getattr(defaults, f.name)})",
         }
         if f.name == "optimizer":
             kwargs["choices"] = OPTIMIZERS
@@ -368,13 +392,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"(default: {DEFAULT_CHECKPOINT}, or the --resume checkpoint)",
     )
     p.add_argument(
-        "--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint (its settings are reused)"
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue a run from its checkpoint, whose settings are reused (default: a new run)",
     )
     p.add_argument(
         "--stop-at",
         type=cli.POSITIVE_INT,
         metavar="STEP",
-        help="stop after this many steps (the schedule still spans --steps)",
+        help="stop after this many steps; the schedule still spans --steps (default: run all --steps)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)

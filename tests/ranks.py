@@ -80,8 +80,8 @@ HINTS = (
         r"doesn't match expected size|collective mismatch|Message truncated",
         "the ranks ran different collectives at the same moment: every rank must launch its buckets "
         "in the same order, bucket 0 first, not in the order the gradients arrive",
-        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus cubetas en el "
-        "mismo orden, la 0 primero, no en el orden en que llegan los gradientes",
+        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus buckets en el "
+        "mismo orden, el 0 primero, no en el orden en que llegan los gradientes",
     ),
     (
         r"[Tt]imed out|[Tt]imeout",
@@ -94,7 +94,7 @@ HINTS = (
         r"'NoneType' object has no attribute 'wait'",
         "a bucket that was never launched has no handle to wait for: when a parameter got no gradient, "
         "raise a RuntimeError that names it",
-        "una cubeta que nunca se lanzó no tiene handle que esperar: si un parámetro no recibió gradiente, "
+        "un bucket que nunca se lanzó no tiene handle que esperar: si un parámetro no recibió gradiente, "
         "lanza un RuntimeError que lo nombre",
     ),
     (

@@ -196,7 +196,7 @@ def stack_layout(cap: int, got: list[list[str]], expected: list[list[str]]) -> s
         f"assign_buckets(three Linear(4, 4), {cap} bytes): got {shown(got)}, expected {shown(expected)}: walk the "
         f"parameters in reverse (weights 64 bytes, biases 16) and close a bucket once it holds >= {cap} bytes",
         f"assign_buckets(tres Linear(4, 4), {cap} bytes): da {shown(got)}, se espera {shown(expected)}: recorre los "
-        f"parámetros al revés (pesos de 64 bytes, sesgos de 16) y cierra una cubeta cuando tenga >= {cap} bytes",
+        f"parámetros al revés (pesos de 64 bytes, sesgos de 16) y cierra un bucket cuando tenga >= {cap} bytes",
     )
 
 
@@ -242,7 +242,7 @@ def test_buckets_skip_frozen_and_hold_tied_weights_once(assign_buckets):
     assert not any(n.startswith("frozen.") for n in flat), say(
         f"assign_buckets(Toy(), 200) put the frozen parameters {frozen} in a bucket: they have no gradient "
         "(requires_grad=False), leave them out; got " + shown(layout),
-        f"assign_buckets(Toy(), 200) puso los parámetros congelados {frozen} en una cubeta: no tienen gradiente "
+        f"assign_buckets(Toy(), 200) puso los parámetros congelados {frozen} en un bucket: no tienen gradiente "
         "(requires_grad=False), déjalos fuera; da " + shown(layout),
     )
     assert flat.count("embed.weight = head.weight") == 1 and "head.weight" not in flat, say(
@@ -283,13 +283,13 @@ def test_ddp_gradients_are_the_average_over_ranks(ranks):
         assert result["grad_error"] <= 1e-6, say(
             f"rank {r}: after one backward the gradients differ from the average over the 2 ranks by "
             f"{result['grad_error']:.2e} (expected <= 1e-6)",
-            f"rank {r}: tras un backward los gradientes difieren de la media de los 2 ranks en "
+            f"rank {r}: tras una pasada hacia atrás los gradientes difieren de la media de los 2 ranks en "
             f"{result['grad_error']:.2e} (se espera <= 1e-6)",
         )
         assert result["frozen_grad_is_none"], say(
             f"rank {r}: the frozen layer (requires_grad=False) got a .grad; expected None: it is in no bucket",
             f"rank {r}: la capa congelada (requires_grad=False) recibió un .grad; se espera None: no está en ninguna "
-            "cubeta",
+            "bucket",
         )
 
 
@@ -303,15 +303,15 @@ def test_ddp_all_reduce_starts_during_backward(ranks):
             f"rank {r}: bucket 0's launched_s is {first['launched_s']}, the last bucket's last_ready_s "
             f"{last['last_ready_s']} (expected times from self._now()): set last_ready_s in the hook when a bucket "
             "is full and launched_s in _launch",
-            f"rank {r}: el launched_s de la cubeta 0 es {first['launched_s']}, el last_ready_s de la última "
-            f"{last['last_ready_s']} (se esperan tiempos de self._now()): fija last_ready_s en el hook cuando una "
-            "cubeta está completa y launched_s en _launch",
+            f"rank {r}: el launched_s del bucket 0 es {first['launched_s']}, el last_ready_s del último "
+            f"{last['last_ready_s']} (se esperan tiempos de self._now()): fija last_ready_s en el hook cuando un "
+            "bucket está completo y launched_s en _launch",
         )
         assert first["launched_s"] < last["last_ready_s"], say(
             f"rank {r}: bucket 0 was launched at {first['launched_s']:.6f} s, after the last gradient "
             f"({last['last_ready_s']:.6f} s); expected before: launch each bucket from the hook as soon as it is full",
-            f"rank {r}: la cubeta 0 se lanzó a los {first['launched_s']:.6f} s, después del último gradiente "
-            f"({last['last_ready_s']:.6f} s); se espera antes: lanza cada cubeta desde el hook en cuanto esté completa",
+            f"rank {r}: el bucket 0 se lanzó a los {first['launched_s']:.6f} s, después del último gradiente "
+            f"({last['last_ready_s']:.6f} s); se espera antes: lanza cada bucket desde el hook en cuanto esté completo",
         )
 
 
@@ -342,13 +342,13 @@ def bucket_order_problem(rank: int, result: dict) -> str:
     if a == [40.0] * 3 and b == [12.0] * 5:
         return got + say(
             ": these are the sums, twice the average: divide each bucket by the world size",
-            ": son las sumas, el doble de la media: divide cada cubeta por el tamaño del mundo",
+            ": son las sumas, el doble de la media: divide cada bucket por el tamaño del mundo",
         )
     return got + say(
         ": a's and b's gradients arrive in opposite orders on the two ranks, and launching buckets in arrival order "
         "pairs the wrong buckets; launch them in index order, bucket 0 first",
-        ": los gradientes de a y b llegan en órdenes opuestos a los dos ranks, y lanzar las cubetas en orden de "
-        "llegada empareja cubetas equivocadas; lánzalas por orden de índice, la 0 primero",
+        ": los gradientes de a y b llegan en órdenes opuestos a los dos ranks, y lanzar los buckets en orden de "
+        "llegada empareja buckets equivocados; lánzalos por orden de índice, el 0 primero",
     )
 
 
@@ -359,20 +359,20 @@ def test_ddp_no_sync_accumulates_locally(ranks):
         assert result["stayed_local"] == 0.0, say(
             f"rank {r}: after a backward inside no_sync() the gradients differ from this rank's own by "
             f"{result['stayed_local']:.2e} (expected 0): inside no_sync() the hook must not launch any all-reduce",
-            f"rank {r}: tras un backward dentro de no_sync() los gradientes difieren de los de este rank en "
+            f"rank {r}: tras una pasada hacia atrás dentro de no_sync() los gradientes difieren de los de este rank en "
             f"{result['stayed_local']:.2e} (se espera 0): dentro de no_sync() el hook no debe lanzar ningún all-reduce",
         )
         assert result["accumulated_error"] <= 1e-6, say(
             f"rank {r}: one backward inside no_sync(), one outside: .grad differs from the average over the ranks of "
             f"both backwards' sum by {result['accumulated_error']:.2e} (expected <= 1e-6)",
-            f"rank {r}: un backward dentro de no_sync() y otro fuera: .grad difiere de la media entre ranks de la suma "
+            f"rank {r}: una pasada hacia atrás dentro de no_sync() y otra fuera: .grad difiere de la media entre ranks de la suma "
             f"de ambos en {result['accumulated_error']:.2e} (se espera <= 1e-6)",
         )
         assert result["forward_decides"] == 0.0, say(
             f"rank {r}: forward inside no_sync(), backward outside: the gradients differ from this rank's own by "
             f"{result['forward_decides']:.2e} (expected 0): the forward decides, as in PyTorch's DDP",
-            f"rank {r}: forward dentro de no_sync() y backward fuera: los gradientes difieren de los de este rank en "
-            f"{result['forward_decides']:.2e} (se espera 0): decide el forward, como en el DDP de PyTorch",
+            f"rank {r}: pasada hacia delante dentro de no_sync() y hacia atrás fuera: los gradientes difieren de los de este rank en "
+            f"{result['forward_decides']:.2e} (se espera 0): decide la pasada hacia delante, como en el DDP de PyTorch",
         )
 
 
@@ -427,8 +427,8 @@ def test_ddp_unused_parameter_is_an_error_that_names_it(ranks):
         assert result["raised"], say(
             f"rank {r}: the backward left forgotten.weight and forgotten.bias without gradient and ended without "
             "error; expected a RuntimeError that names them (their bucket was never launched)",
-            f"rank {r}: el backward dejó forgotten.weight y forgotten.bias sin gradiente y terminó sin error; se "
-            "espera un RuntimeError que los nombre (su cubeta nunca se lanzó)",
+            f"rank {r}: la pasada hacia atrás dejó forgotten.weight y forgotten.bias sin gradiente y terminó sin error; se "
+            "espera un RuntimeError que los nombre (su bucket nunca se lanzó)",
         )
         assert "forgotten.weight" in result["message"], say(
             f"rank {r}: the RuntimeError must name the parameter without gradient, forgotten.weight; it says "
@@ -440,7 +440,7 @@ def test_ddp_unused_parameter_is_an_error_that_names_it(ranks):
             f"rank {r}: raising took {result['seconds']:.1f} s (expected < {limit(5):g} s): raise at once, do not wait "
             "for a bucket that was never launched",
             f"rank {r}: lanzar el error tardó {result['seconds']:.1f} s (se espera < {limit(5):g} s): lánzalo en el "
-            "acto, no esperes a una cubeta que nunca se lanzó",
+            "acto, no esperes a un bucket que nunca se lanzó",
         )
 
 
@@ -459,12 +459,12 @@ def test_ddp_minigpt_two_ranks_equal_one_process(ranks):
         assert result["grad_error"] <= 1e-6, say(
             f"rank {r}: after one backward the gradients differ from one process's by {result['grad_error']:.2e} "
             "(expected <= 1e-6): is each bucket divided by the world size?",
-            f"rank {r}: tras un backward los gradientes difieren de los de un proceso en {result['grad_error']:.2e} "
-            "(se espera <= 1e-6): ¿se divide cada cubeta por el tamaño del mundo?",
+            f"rank {r}: tras una pasada hacia atrás los gradientes difieren de los de un proceso en {result['grad_error']:.2e} "
+            "(se espera <= 1e-6): ¿se divide cada bucket por el tamaño del mundo?",
         )
     assert r0["buckets"] > 1, say(
         f"MiniGPT with a 0.05 MB bucket cap went into {r0['buckets']} bucket(s), expected more than 1",
-        f"MiniGPT con un tope de 0,05 MB por cubeta quedó en {r0['buckets']} cubeta(s), se espera más de 1",
+        f"MiniGPT con un tope de 0,05 MB por bucket quedó en {r0['buckets']} bucket(s), se espera más de 1",
     )
     drift = max(r0["drifts"] + r1["drifts"])
     assert drift <= 1e-5, say(

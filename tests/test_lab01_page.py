@@ -199,7 +199,23 @@ def test_the_prose_numbers_are_the_measured_ones(pages):
         ),
     ]
     assert sgd["weight_diff"] == at_sgd["ulp"], "SGD's largest difference is one float32 step of the weight"
-    assert sgd["lr"] * at_sgd["grad_diff"] < 1e-12 < sgd["weight_diff"]
+    assert sgd["lr"] * at_sgd["grad_diff"] < at_sgd["ulp"] / 1000, "lr * dg is far below one ulp of the weight"
+    # "in every row of the table except AdamW's step 0 the largest weight difference is exactly one ulp"
+    for key, row in rows.items():
+        one_ulp = row["weight_diff"] == row["at_largest"]["ulp"]
+        assert one_ulp == (key[0] != "adamw" or key[2] != 0), key
+    adamw_gain = adamw["lr"] / 1e-8  # AdamW's epsilon, torch's default
+    stated += [
+        (
+            f"$\\text{{lr}} \\cdot \\Delta g$ = {sci(sgd['lr'] * at_sgd['grad_diff'], 'en')}",
+            f"$\\text{{lr}} \\cdot \\Delta g$ = {es(sci(sgd['lr'] * at_sgd['grad_diff'], 'en'))}",
+        ),
+        (f"$\\text{{lr}}/\\epsilon = {round(adamw_gain)}$", f"$\\text{{lr}}/\\epsilon = {round(adamw_gain)}$"),
+        (
+            f"{round(adamw['weight_diff'] / at_adamw['ulp'])} ulps of that weight",
+            f"{round(adamw['weight_diff'] / at_adamw['ulp'])} ulps de ese peso",
+        ),
+    ]
     assert abs(at_adamw["grad"]) < 1e-8 / 5, "a gradient well below AdamW's epsilon"
     assert round(adamw["weight_diff"] / at_adamw["grad_diff"], -3) == 6000  # "six thousand times"
     messages = len(list(MiniGPT(GPTConfig()).parameters()))  # the naive DDP: one all-reduce per parameter

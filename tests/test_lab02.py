@@ -310,7 +310,7 @@ def test_communication_per_stage(lab02):
             3,
             3,
             "a reduce-scatter, and an all-gather before forward and again before backward",
-            "un reduce-scatter, y un all-gather antes del forward y otro antes del backward",
+            "un reduce-scatter, y un all-gather antes de la pasada hacia delante y otro antes de la hacia atrás",
         ),
     ):
         got = comm.traffic(lab02.step_collectives(psi, stage, n)).total
@@ -329,7 +329,7 @@ def test_communication_per_stage(lab02):
         2 * one * psi * 2,
         "2 x (N-1)/N x Ψ x 2 bytes",
         "the weights stay gathered from forward to backward: one all-gather (count=1)",
-        "los pesos siguen reunidos del forward al backward: un solo all-gather (count=1)",
+        "los pesos siguen reunidos de la pasada hacia delante a la hacia atrás: un solo all-gather (count=1)",
     )
     got = comm.traffic(lab02.step_collectives(psi, 0, n, recipe_name="fp32")).total
     assert got == pytest.approx(2 * one * psi * 4), traffic_message(
@@ -533,7 +533,7 @@ def test_zero1_sends_the_ring_bytes(zero1):
                 "all-gathered, all on Lab 01's ring",
                 f"{size} ranks, rank {rank}: envió {per_worker(sorted(set(r['sent'])))} bytes por paso, se esperan "
                 f"{r['expected_sent']}: all-reduce de las marcas de uso, reduce-scatter de cada gradiente plano y "
-                "all-gather de los pesos, todo en el anillo del Lab 01",
+                "all-gather de los pesos, todo en el anillo del laboratorio 01",
             )
 
 

@@ -73,6 +73,18 @@ def stated_numbers(lang: str) -> list[str]:
 
 
 @pytest.mark.parametrize("lang", ["en", "es"])
+def test_the_deepspeed_table_prints_gib_as_deepspeed_does(lang):
+    """DeepSpeed's estimator divides by 2**30 (and says GB): its column must show the numbers its
+    documentation prints for 2851M parameters on 8 GPUs, 71.69 and 6.09, in GiB."""
+    from minigpt.pages import lab02
+
+    table = lab02.deepspeed_compare(lang)
+    for published in (71.69, 6.09):
+        assert num(published, lang, 2) + " GiB" in table, (lang, published)
+    assert " GB" not in table
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
 def test_every_number_in_the_prose_is_measured(pages, lang):
     flat = " ".join(pages[lang].split())  # sentences wrap across lines
     missing = [x for x in stated_numbers(lang) if x not in flat]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.zero import analytic as za, pipeline
+from minigpt.zero import analytic as za, memory, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 THEORY = ROOT / "theory"
@@ -123,6 +123,32 @@ def test_activation_formulas():
     )
 
 
+def test_context_parallel_traffic():
+    """Ring attention: a key/value block of 2sbh_kv/c elements makes c - 1 hops forward, and c - 1
+    backward with its gradient beside it (one hop more for the gradient, home, in PyTorch's)."""
+    s, b, h, c = 4096, 1, 4096, 8
+    block = 2 * s * b * h * 2 / c  # bf16 keys and values of s/c tokens
+    assert za.context_parallel_bytes_per_layer(s, b, h, c) == pytest.approx(3 * (c - 1) * block)
+    assert za.context_parallel_bytes_per_layer(s, b, h, c, gradients_home=True) == pytest.approx(
+        (3 * (c - 1) + 1) * block
+    )
+    assert za.context_parallel_bytes_per_layer(s, b, h, 1, gradients_home=True) == 0
+    # forward alone is a third: 2 (c-1)/c s b h_kv elements
+    assert za.context_parallel_bytes_per_layer(s, b, h, c) / 3 == pytest.approx(2 * (c - 1) / c * s * b * h * 2)
+
+
+def test_sequence_parallel_divides_every_activation_by_t():
+    s, b, h, a, t = 4096, 1, 4096, 32, 8
+    alone = za.activation_bytes_per_layer(s, b, h, a)
+    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=t, sequence_parallel=True) == pytest.approx(
+        alone / t
+    )
+    # without it the 10 sbh between the tensor-parallel regions stay whole
+    assert za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=t) == pytest.approx(
+        alone / t + 10 * s * b * h * (1 - 1 / t)
+    )
+
+
 def test_tensor_parallel_traffic():
     # 4 all-reduces per layer of b*s*h bf16 values, each 2(t-1)/t of the buffer
     assert za.tensor_parallel_bytes_per_layer(4096, 1, 4096, 8) == 4 * 1.75 * 4096 * 4096 * 2
@@ -195,7 +221,14 @@ def test_global_grad_norm_is_the_norm_of_the_whole_vector():
 
 def test_fsdp_memory_and_checkpoints():
     m = za.fsdp_memory(8e9, 8, unit_params=1e8)
-    assert (m.sharded_params, m.sharded_grads, m.optimizer, m.gathered) == (4e9, 4e9, 8e9, 4e8)
+    assert (m.sharded_params, m.sharded_grads, m.optimizer, m.gathered, m.unsharded_grad) == (4e9, 4e9, 8e9, 4e8, 2e8)
+    # the unit's whole gradient before its reduce-scatter is counted, as in Lab 02's ZeRO-3 working
+    # buffer: one unit for the whole 7B model on 8 devices needs 16Ψ/N + 4Ψ = 42 GB, not 28 GB
+    from minigpt.pages import theory as T
+
+    whole = za.fsdp_memory(T.PSI_7B, 8, T.PSI_7B, units_in_flight=1)
+    assert whole.gathered + whole.unsharded_grad == memory.working_buffer(3, T.PSI_7B, memory.RECIPES["mixed"])
+    assert whole.total == 42e9
     assert za.checkpoint_bytes(7e9) == 84e9
 
 
@@ -431,6 +464,23 @@ def _prose_numbers():
         (p02, gb(32 * act(4096), 1)),  # 104.2 GB
         (p02, gb(32 * act(4096, recompute="selective"), 1)),  # 18.3 GB
         (p02, gb(32 * act(4096, recompute="full"), 1)),  # 1.1 GB
+        # the backward peak under full recomputation: every input plus one layer recomputed (Lab 02's count)
+        (p02, gb(act(4096), 2)),  # 3.25 GB
+        (p02, gb(memory.activation_bytes(32, 4096, 1, 4096, 32, checkpointing=True), 2)),  # 4.33 GB
+        # sequence parallelism: tensor parallelism alone divides by 5.9, with SP by t = 8
+        (p02, lambda lang: T.tr(lang, "by ", "entre ") + T.num(act(4096) / act(4096, tensor_parallel=8), lang, 1)),
+        (p02, gb(32 * act(4096, tensor_parallel=8, sequence_parallel=True), 1)),  # 13.0 GB
+        (p02, gb(32 * act(4096, tensor_parallel=8), 1)),  # 17.7 GB
+        (p02, gb(32 * act(4096, tensor_parallel=8, sequence_parallel=True, recompute="selective"), 1)),  # 2.3 GB
+        (p02, gb(32 * act(4096, tensor_parallel=8, recompute="selective"), 1)),  # 7.0 GB
+        # ring attention, forward and backward, against tensor parallelism's 234.9 MB
+        (p02, lambda lang: T.size(za.context_parallel_bytes_per_layer(4096, 1, 4096, 8), lang, 1, "MB")),
+        (
+            p02,
+            lambda lang: T.size(
+                za.context_parallel_bytes_per_layer(4096, 1, 4096, 8, gradients_home=True), lang, 1, "MB"
+            ),
+        ),
         (p02, lambda lang: f"= {za.effective_batch_size(8, 4, 4 * 4)}$"),
         (
             p02,
@@ -440,8 +490,8 @@ def _prose_numbers():
         ),
         (p03, lambda lang: T.num(za.gpt_block_params(4096), lang) + T.tr(lang, " parameters", " parámetros")),
         (p03, lambda lang: T.num(za.gpt_block_params(d["n_embd"]), lang) + T.tr(lang, " for MiniGPT", " para MiniGPT")),
-        (p03, gb(mem7.total, 2)),  # 14.81 GB
-        (p03, gb(whole7.total, 2)),  # 28.00 GB
+        (p03, gb(mem7.total, 2)),  # 15.21 GB
+        (p03, gb(whole7.total, 2)),  # 42.00 GB
         (p03, gb(16 * T.PSI_7B, 2)),  # 112.00 GB
         (p03, gb(4 * T.PSI_7B, 0)),  # 28 GB per rank
         (p03, gb(8 * 4 * T.PSI_7B, 0)),  # 224 GB

@@ -29,6 +29,11 @@ def _gb(x: float, lang: str, decimals: int = 2) -> str:
     return num(x / za.GB, lang, decimals) + " GB"
 
 
+def _gib(x: float, lang: str, decimals: int = 2) -> str:
+    """Binary gigabytes (2**30 bytes), the unit DeepSpeed's estimators print."""
+    return num(x / 2**30, lang, decimals) + " GiB"
+
+
 def recipes(lang: str) -> str:
     descriptions = {
         "mixed": (
@@ -87,7 +92,8 @@ def paper_table_1(lang: str) -> str:
 
 
 def deepspeed_compare(lang: str) -> str:
-    """DeepSpeed's stage-3 estimator beside our model for the same inputs."""
+    """DeepSpeed's stage-3 estimator beside our model for the same inputs, in GiB (2**30 bytes) as
+    DeepSpeed prints them, so that its column reads as its own output."""
     ex = DS_EXAMPLE
     n = ex["gpus_per_node"] * ex["nodes"]
     rows = []
@@ -109,10 +115,10 @@ def deepspeed_compare(lang: str) -> str:
         rows.append(
             [
                 f"`{ds.options}`",
-                _gb(ds.gpu, lang),
-                _gb(ours.device, lang),
-                _gb(ds.cpu, lang),
-                _gb(ours.host * ex["gpus_per_node"], lang),
+                _gib(ds.gpu, lang),
+                _gib(ours.device, lang),
+                _gib(ds.cpu, lang),
+                _gib(ours.host * ex["gpus_per_node"], lang),
             ]
         )
     return _table(

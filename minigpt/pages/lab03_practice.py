@@ -100,7 +100,7 @@ LABELS = {
         "peak_one": "pico, 1 oración por rank (MB)",
         "mp": "precisión mixta de FSDP2",
         "grad_error": "error del gradiente (relativo)",
-        "fwd_drift": "deriva de un forward",
+        "fwd_drift": "deriva de una pasada hacia delante",
         "weight_drift": "deriva de los pesos tras {k} pasos",
         "vs_fp32": "ídem, frente a FSDP fp32",
         "fp32": "fp32 (sin política)",

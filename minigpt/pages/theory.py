@@ -271,7 +271,7 @@ def hsdp_layouts(lang: str) -> str:
             s, r = za.hsdp_degrees(world, per_node, shard, replicas)
             result = tr(lang, f"{s} shards × {r} replicas", f"{s} fragmentos × {r} réplicas")
             if s > per_node:
-                result += tr(lang, " (a shard group spans nodes)", " (un grupo de fragmentos cruza nodos)")
+                result += tr(lang, " (a shard group spans nodes)", " (un grupo de fragmentación cruza nodos)")
         except ValueError:
             if shard is not None and replicas is not None:
                 why = f"{shard} × {replicas} ≠ {world}"
@@ -298,7 +298,7 @@ def hsdp_groups(lang: str) -> str:
     headers = [tr(lang, "group", "grupo"), tr(lang, "ranks", "ranks"), tr(lang, "collectives", "colectivas")]
     rows = [
         [
-            tr(lang, f"shard group {i} (node {i})", f"grupo de fragmentos {i} (nodo {i})"),
+            tr(lang, f"shard group {i} (node {i})", f"grupo de fragmentación {i} (nodo {i})"),
             ", ".join(map(str, g)),
             "all-gather, reduce-scatter",
         ]
@@ -391,6 +391,14 @@ def fsdp_memory(lang: str) -> str:
         + cells([m.optimizer for m in per_model]),
         [tr(lang, "bf16 blocks in flight (current + prefetched)", "bloques bf16 en vuelo (el actual + el precargado)")]
         + cells([m.gathered for m in per_model]),
+        [
+            tr(
+                lang,
+                "bf16 gradient of the current block, before its reduce-scatter",
+                "gradiente bf16 del bloque actual, antes de su reduce-scatter",
+            )
+        ]
+        + cells([m.unsharded_grad for m in per_model]),
         [tr(lang, "**total, block-level wrapping**", "**total, envoltura por bloque**")]
         + [f"**{c}**" for c in cells([m.total for m in per_model])],
         [tr(lang, "total, one unit for the whole model", "total, una sola unidad para todo el modelo")]

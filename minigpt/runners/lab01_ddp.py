@@ -34,7 +34,17 @@ import torch.distributed as dist
 from minigpt import cli, grammar, impl
 from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch
-from minigpt.train import DTYPES, OPTIMIZERS, RULES, TrainConfig, build_model, build_optimizer, train_step, validate
+from minigpt.train import (
+    DTYPES,
+    HELP as train_help,
+    OPTIMIZERS,
+    RULES,
+    TrainConfig,
+    build_model,
+    build_optimizer,
+    train_step,
+    validate,
+)
 
 VARIANTS = ("bucketed", "ring", "torch-ddp")
 # what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.runners.lab01_kernel_sets)
@@ -49,7 +59,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for f in fields(TrainConfig):
         if f.name in ("eval_every", "eval_sentences", "accum"):
             continue
-        kwargs = {"type": RULES.get(f.name, type(getattr(defaults, f.name))), "default": getattr(defaults, f.name)}
+        kwargs = {
+            "type": RULES.get(f.name, type(getattr(defaults, f.name))),
+            "default": getattr(defaults, f.name),
+            "help": train_help[f.name],
+        }
         if f.name == "optimizer":
             kwargs["choices"] = OPTIMIZERS
         if f.name == "dtype":
@@ -61,7 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="micro-batches per step on each rank (all but the last run under no_sync)",
     )
-    p.add_argument("--bucket-cap-mb", type=cli.MIB, default=DEFAULT_BUCKET_CAP_MB, help="bucket size in MiB")
+    p.add_argument(
+        "--bucket-cap-mb",
+        type=cli.MIB,
+        default=DEFAULT_BUCKET_CAP_MB,
+        help="bucket size in MiB (the gradients' bytes per all-reduce)",
+    )
     p.add_argument(
         "--collective",
         choices=("torch", "ring"),
@@ -73,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also train the ring and PyTorch-DDP variants and compare all three with one process after every step",
     )
-    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
+    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0; default: not written)")
     p.add_argument(
         "--timeout",
         type=cli.SECONDS,

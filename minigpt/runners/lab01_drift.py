@@ -35,10 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sources",
         metavar="STEP[,STEP]",
-        help="which weights make the drift of these steps of the default two-rank run",
+        help="which weights make the drift of these steps of the default two-rank run "
+        "(default: none, the one-step amplification table instead)",
     )
-    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --sources")
-    parser.add_argument("--out", metavar="DIR", help="also write the JSON and the page's tables in DIR")
+    parser.add_argument(
+        "--optimizer",
+        choices=("adamw", "sgd"),
+        default="adamw",
+        help="with --sources: the run's optimizer (default: adamw)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="also write the JSON and the page's tables in DIR (default: print only)"
+    )
     args = parser.parse_args(argv)
     try:
         steps = []

@@ -23,7 +23,6 @@ The table on the Lab 01 page (kernel set x worst step drift x step) comes from i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         prog=f"python {PROG}",
         name=PROG,
         description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=cli.HelpFormatter,
     )
     p.add_argument("--config", choices=tuple(CONFIGS), default="adamw", help="which Lab 01 run to check")
     p.add_argument(

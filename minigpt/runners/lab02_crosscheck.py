@@ -249,14 +249,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog=PROG,
         description="Lab 02: the ZeRO model against real runs "
         "(hand-rolled DDP, a ZeRO-1 optimizer, FSDP2) on gloo or NCCL.",
+        formatter_class=cli.HelpFormatter,
         epilog=cli.TORCHRUN_EPILOG,
     )
-    p.add_argument("--steps", type=cli.POSITIVE_INT, default=20, help="steps per variant (default 20)")
+    p.add_argument("--steps", type=cli.POSITIVE_INT, default=20, help="steps per variant")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
-    p.add_argument("--seed", type=cli.SEED, default=0)
+    p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and batches of every variant")
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--report", help="write the measurements as JSON here")
+    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     return p.parse_args(argv)
 

@@ -260,6 +260,24 @@ def tensor_parallel_bytes_per_layer(
     return 4 * ring_bytes_per_worker(seq_len * batch * hidden * bytes_per_element, tp)
 
 
+def context_parallel_bytes_per_layer(
+    seq_len: int, batch: int, kv_hidden: int, cp: int, bytes_per_element: int = 2, gradients_home: bool = False
+) -> float:
+    """Bytes one device sends per transformer layer (forward + backward) under ring attention over
+    ``cp`` devices, each holding s/c tokens, so that a key and value block is 2 s b h_kv / c
+    elements. Forward: the blocks go round the ring, c - 1 hops. Backward: they go round again,
+    and with them their partial gradients, as many elements, so the backward sends twice the
+    forward's bytes: 6 (c - 1)/c s b h_kv elements in all, comparable with
+    ``tensor_parallel_bytes_per_layer`` (forward + backward too). ``gradients_home`` adds the one
+    more hop that brings each gradient block back to the device that owns it, as PyTorch's ring
+    attention (``torch.distributed.tensor.experimental.context_parallel``) sends it."""
+    _positive_int("cp", cp)
+    _positive_int("kv_hidden", kv_hidden)
+    block = 2 * seq_len * batch * kv_hidden * bytes_per_element / cp
+    hops = 3 * (cp - 1) + (1 if gradients_home and cp > 1 else 0)
+    return hops * block
+
+
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """Fraction of a pipeline step each device sits idle (GPipe, and 1F1B as well):
     (p - 1) / (m + p - 1)."""
@@ -354,10 +372,11 @@ class FsdpMemory:
     sharded_grads: float
     optimizer: float
     gathered: float  # unsharded low-precision parameters of the units in flight
+    unsharded_grad: float  # the running unit's whole gradient, before its reduce-scatter
 
     @property
     def total(self) -> float:
-        return self.sharded_params + self.sharded_grads + self.optimizer + self.gathered
+        return self.sharded_params + self.sharded_grads + self.optimizer + self.gathered + self.unsharded_grad
 
 
 def fsdp_memory(
@@ -369,9 +388,14 @@ def fsdp_memory(
     compute_bytes: int = 2,
     optimizer_bytes: int = 8,
 ) -> FsdpMemory:
-    """FSDP's model-state bytes per device: fp32 sharded parameters and gradients and Adam's two
-    moments (4 + 4 + 8 bytes per parameter, over N), plus the ``units_in_flight`` wrap units whose
-    parameters are all-gathered in the compute dtype (the one running and the one prefetched)."""
+    """FSDP's peak model-state bytes per device, in the backward pass: fp32 sharded parameters and
+    gradients and Adam's two moments (4 + 4 + 8 bytes per parameter, over N), the
+    ``units_in_flight`` wrap units whose parameters are all-gathered in the compute dtype (the one
+    running and the one prefetched), and the running unit's whole gradient in the compute dtype,
+    which exists until its reduce-scatter (what PyTorch's ``BackwardPrefetch.BACKWARD_PRE`` counts:
+    the current parameters, the next ones and the current gradient). Lab 02's ZeRO-3 working buffer
+    (``minigpt.zero.memory.working_buffer``) counts the same unit's weights and gradient. A
+    ``reduce_dtype`` wider than the compute dtype adds a short-lived cast copy, not counted."""
     _positive_int("n_devices", n_devices)
     _positive_int("units_in_flight", units_in_flight)
     return FsdpMemory(
@@ -379,6 +403,7 @@ def fsdp_memory(
         sharded_grads=master_bytes * psi / n_devices,
         optimizer=optimizer_bytes * psi / n_devices,
         gathered=units_in_flight * unit_params * compute_bytes,
+        unsharded_grad=unit_params * compute_bytes,
     )
 
 
