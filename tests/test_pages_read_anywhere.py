@@ -67,3 +67,14 @@ def test_a_stale_block_is_found_and_refreshed(tmp_path):
     assert inline.stale(generated, tmp_path) == ["lab/09-x.md"]
     inline.update(generated, tmp_path)
     assert page.read_text() == text
+
+
+def test_the_reading_of_pytorchs_code_is_never_committed():
+    """Lab 03's annotated reading quotes the installed PyTorch: the pages ask for it at build time
+    (docs/hooks/build_includes.py) and say how to print it; no page holds it."""
+    for page in PAGES:
+        assert "from build/tables/fsdp-reading-" not in page.read_text(encoding="utf-8"), page.name
+    for lang, suffix in (("en", ""), ("es", ".es")):
+        text = (ROOT / "lab" / f"03-fsdp-prefetch{suffix}.md").read_text(encoding="utf-8")
+        assert f"<!-- build-time include: build/tables/fsdp-reading-{lang}.md -->" in text
+        assert "python lab/03_fsdp_reading.py" in text
