@@ -6,7 +6,8 @@
     python lab/03_fsdp_practice.py --render lab/results/03-practice-cpu.json   # tables and figures, en + es
 
 The run is minigpt/runners/lab03_fsdp_practice.py; what it measures is minigpt/fsdp/ (practice.py,
-sharded_state.py, memory.py); its tables and figures, minigpt/pages/lab03_practice.py.
+sharded_state.py, memory.py, loading.py, export.py, failed_save.py); its tables and figures,
+minigpt/pages/lab03_practice.py.
 """
 
 import sys

@@ -215,7 +215,7 @@ LABELS = {
         "identical": "idénticos bit a bit",
         "not_identical": "NO idénticos",
         "failed_note": "El rank {f} lanzó una excepción antes de `dcp.save`; el rank {w} ya estaba dentro, en un grupo "
-        "con un timeout de {t} s. A los {s} s terminó con:",
+        "con un tiempo límite (timeout) de {t} s. A los {s} s terminó con:",
     },
 }
 PHASES_OF_STEP = ("forward", "backward", "optimizer")

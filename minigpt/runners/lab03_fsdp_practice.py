@@ -7,8 +7,9 @@
 
 Demonstrations (``--only``): wrap, mixed-precision, activation-checkpointing, checkpoint,
 clipping, diagnostics, loading (a full checkpoint into shards: FSDP-first, then broadcast from
-rank 0), failed-save (a collective save that one rank never joins, ended by a short timeout). Rank 0 prints a table for each. The code that measures lives in
-minigpt/fsdp/ (practice.py, sharded_state.py, memory.py); this file runs it, and
+rank 0), failed-save (a collective save that one rank never joins, ended by a short timeout).
+Rank 0 prints a table for each. The code that measures lives in minigpt/fsdp/ (practice.py,
+sharded_state.py, memory.py, loading.py, export.py, failed_save.py); this file runs it, and
 minigpt/pages/lab03_practice.py draws its tables and figures.
 
 The checkpoint demonstration has two halves. The 2 ranks save a sharded checkpoint in
