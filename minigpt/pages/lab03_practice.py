@@ -428,10 +428,11 @@ def table_export(r: dict, lang: str) -> str:
 def table_failed_save(r: dict, lang: str) -> str:
     L = LABELS[lang]
     waited = [x for x in r["ranks"] if "line" in x]
+    raised = ", ".join(str(x["rank"]) for x in r["ranks"] if x["what"] == "raised before the save")
     out = []
     for w in waited:
         note = L["failed_note"].format(
-            f=r["failing_rank"], w=w["rank"], t=num(r["timeout_s"], lang, 0), s=num(w["seconds"], lang, 1)
+            f=raised, w=w["rank"], t=num(r["timeout_s"], lang, 0), s=num(w["seconds"], lang, 1)
         )
         out.append(f"{note}\n\n```text\n{w['line']}\n```\n")
     return "\n".join(out)
