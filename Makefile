@@ -68,7 +68,9 @@ grade: $(STAMP)
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
-# The site's generated tables (build/tables/) and figures (docs/figures/) come from the code first.
+# The site's generated tables and figures come from the code first: python -m minigpt.pages writes
+# the tables into the pages that show them (between markers) and the figures into figures/
+# (committed, so that a page read on the forge shows them; docs/figures links there).
 docs: $(STAMP)
 	$(PY) -m minigpt.pages.theory
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
@@ -78,7 +80,7 @@ serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) out site build/tables docs/figures
+	rm -rf $(VENV) out site build/tables
 
 # Maintainers: the committed measurements in lab/results/, each file re-measured by the command that
 # wrote it (the pages' "measured on" notes and the page tests, tests/test_lab0N_page.py, name them).

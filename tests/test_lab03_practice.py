@@ -1,7 +1,7 @@
 """Machinery tests (no points) of Lab 03's "FSDP in practice": lab/03_fsdp_practice.py as launched.
 
 One 2-rank launch of the lab script (started the way torchrun starts it, without torchrun's
-agent) runs all six demonstrations with 2 steps; its rank 0 starts the world-1 reload itself.
+agent) runs all eight demonstrations with 2 steps; its rank 0 starts the world-1 reload itself.
 The tests read the JSON report and the files it left, and hold every count and byte against a
 value computed here from MiniGPT's structure and FSDP2's rules, not against the code's output:
 
@@ -37,7 +37,17 @@ SCRIPT = ROOT / "lab" / "03_fsdp_practice.py"
 WORLD = 2
 STEPS = 2
 BATCH = 16  # 8 sentences per rank: a quicker launch; every relation tested holds at 64 too
-DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "clipping", "diagnostics")
+DEMOS = (
+    "wrap",
+    "mixed-precision",
+    "activation-checkpointing",
+    "checkpoint",
+    "clipping",
+    "diagnostics",
+    "loading",
+    "failed-save",
+)
+SECTIONS = (*DEMOS, "export")  # the export is the checkpoint demonstration's world-1 half
 
 
 def run_lab(args: list[str], world_size: int, timeout_s: float | None = None) -> list[subprocess.CompletedProcess]:
@@ -153,6 +163,59 @@ def test_checkpoint_files_on_disk(launched, model):
     peaks = save["save_peak_bytes_per_rank"]
     # the full save gathers every tensor on rank 0 (weights + AdamW state); the sharded save copies nothing
     assert peaks[0]["full"] > three_copies > 10 * peaks[0]["sharded"]
+
+
+def test_consolidated_export_loads_into_a_plain_model(launched, model):
+    """dcp_to_torch_save's one file: the saving run's logits, and (read here) the same tensors as
+    the full state dict rank 0 gathered at save."""
+    r, out = launched["report"]["export"], launched["out_dir"]
+    assert r["identical_logits"] is True and r["max_logit_difference"] == 0.0
+    assert r["top_level"] == ["model", "optimizer"] and r["model_tensors"] == len(model.state_dict())
+    assert r["bytes"] == (out / "consolidated.pt").stat().st_size
+    consolidated = torch.load(out / "consolidated.pt", weights_only=True)["model"]
+    full = torch.load(out / "full.pt", weights_only=False)["model"]
+    assert sorted(consolidated) == sorted(full)
+    assert all(torch.equal(consolidated[k], full[k]) for k in full)
+
+
+# ----------------------------------------------------------------------------------------------
+# loading a full checkpoint into shards: FSDP-first, and broadcast from rank 0
+
+
+@pytest.mark.parametrize("mode", ["fsdp_first", "broadcast_from_rank0"])
+def test_loading_never_holds_the_whole_model(launched, model, mode):
+    r = launched["report"]["loading"][mode]
+    full_bytes = 4 * model.num_params()  # the tied matrix once: torch.save keeps one storage
+    assert r["full_bytes"] == full_bytes and r["tensors"] == len(model.state_dict())
+    assert r["max_difference"] == 0.0  # the shards, gathered, are the checkpoint exactly
+    shard = padded_bytes(model.parameters()) // WORLD
+    for rank, mine in enumerate(r["per_rank"]):
+        held = mine["held_bytes"]
+        assert held == {"built on meta": 0, "sharded on meta": 0, "to_empty": shard, "loaded": shard}, rank
+        assert max(held.values()) < full_bytes
+        if mode == "fsdp_first" or rank == 0:
+            assert mine["read_bytes"] == full_bytes, rank
+        else:
+            assert mine["read_bytes"] == 0, rank  # an empty state dict: its slices come from rank 0
+    if mode == "broadcast_from_rank0":
+        peaks = [mine["load_peak_bytes"] for mine in r["per_rank"]]
+        assert peaks[1] < peaks[0], peaks
+
+
+# ----------------------------------------------------------------------------------------------
+# a collective save that one rank never joins
+
+
+def test_failed_save_ends_at_the_timeout_in_one_line_naming_the_rank(launched):
+    r = launched["report"]["failed-save"]
+    failing, waiting = r["ranks"][r["failing_rank"]], r["ranks"][0]
+    assert r["failing_rank"] == 1 and failing["what"] == "raised before the save"
+    assert waiting["what"] == "timed out in the save"
+    line = waiting["line"]
+    assert "\n" not in line and line.startswith("[rank 0] error: a collective failed")
+    assert f"collective timeout {r['timeout_s']:g} s" in line and line.endswith("rank 0 stops too")
+    # the wait is the group's timeout (the bound above it is a time limit for a busy machine)
+    assert r["timeout_s"] * 0.9 <= waiting["seconds"] < r["timeout_s"] + limit(30), waiting["seconds"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,7 +439,7 @@ def test_render_both_languages(launched, tmp_path):
     )
     en, es = ((tmp_path / f"report-{lang}.txt").read_text().splitlines() for lang in ("en", "es"))
     assert len(en) == len(es)
-    for name in DEMOS:
+    for name in SECTIONS:
         assert f"<!-- --8<-- [start:{name}] -->" in en and f"<!-- --8<-- [start:{name}] -->" in es
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import re
 import subprocess
@@ -232,6 +233,29 @@ def test_fsdp_memory_and_checkpoints():
     assert za.checkpoint_bytes(7e9) == 84e9
 
 
+def test_logits_bytes():
+    assert memory.logits_bytes(8, 4096, 128_256, with_grad=False) == 8 * 4096 * 128_256 * 4
+    assert memory.logits_bytes(8, 4096, 128_256) == 2 * 8 * 4096 * 128_256 * 4
+    assert memory.logits_bytes(2, 3, 5, bytes_per=2, with_grad=False) == 60
+    with pytest.raises(ValueError, match="vocab must be a positive integer, got 0"):
+        memory.logits_bytes(8, 4096, 0)
+
+
+def test_data_parallel_degree_and_min_global_batch():
+    assert za.data_parallel_degree(1024) == 1024 == za.min_global_batch(1024)
+    assert za.data_parallel_degree(1024, tensor_parallel=8) == 128 == za.min_global_batch(1024, 8)
+    assert za.min_global_batch(1024, 8, 4) == 32
+    assert za.min_global_batch(1024, 8, 4, 2) == 16
+    # one sequence per data-parallel rank: the smallest effective batch with micro-batch 1, no accumulation
+    assert za.min_global_batch(64, 2) == za.effective_batch_size(1, 1, 32)
+    # the SageMaker-style bookkeeping: processes per host x hosts / (tp x pp)
+    assert za.data_parallel_degree(8 * 2, tensor_parallel=2, pipeline_parallel=2) == 4
+    with pytest.raises(ValueError, match="= 24 does not divide the world size 1024"):
+        za.data_parallel_degree(1024, tensor_parallel=8, pipeline_parallel=3)
+    with pytest.raises(ValueError, match="tensor_parallel must be a positive integer, got 0"):
+        za.min_global_batch(8, 0)
+
+
 def test_zero_package_never_imports_torch():
     code = (
         "import sys; import minigpt.zero, minigpt.zero.analytic, minigpt.zero.pipeline; "
@@ -259,7 +283,7 @@ def test_generator_writes_every_table_and_figure(tmp_path):
     tables_dir, figures_dir = tmp_path / "tables", tmp_path / "figures"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert site.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir)]) == 0
+        assert site.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir), "--no-pages"]) == 0
     printed = out.getvalue().split()
     for name in site.FRAGMENTS:
         for lang in LANGS:
@@ -278,6 +302,11 @@ def test_generator_writes_every_table_and_figure(tmp_path):
             path = figures_dir / f"{name}-{lang}.png"
             assert str(path) in printed
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            # the committed figure the pages show on the forge (and, through docs/figures, on the site)
+            committed = ROOT / "figures" / path.name
+            assert committed.is_file() and committed.read_bytes() == path.read_bytes(), (
+                f"figures/{path.name} is out of date: run python -m minigpt.pages and commit it"
+            )
 
 
 def test_number_formats():
@@ -292,7 +321,9 @@ def test_number_formats():
 
 # --- the pages --------------------------------------------------------------------------------
 
-INCLUDE = re.compile(r'^--8<-- "build/tables/([\w-]+)-(en|es)\.md"\s*$', re.M)
+# a generated table, written into the page by python -m minigpt.pages (minigpt/pages/inline.py)
+# (or, for Lab 03's reading of the installed PyTorch, included when the site is built)
+INCLUDE = re.compile(r"^<!-- (?:generated from|build-time include:) build/tables/([\w-]+)-(en|es)\.md ", re.M)
 FIGURE = re.compile(r"!\[[^\]]+\]\(\.\./figures/([\w-]+)-(en|es)\.png\)")
 LINK = re.compile(r"\]\(([^)\s]+?\.md)(#[\w-]+)?\)")
 
@@ -311,7 +342,7 @@ def test_pages_include_registered_tables_and_figures(stem, lang):
     for name, figure_lang in figures:
         assert name in site.FIGURES, f"{stem}: figure {name!r} is not registered in minigpt.pages.site.FIGURES"
         assert figure_lang == lang, f"{stem} ({lang}) shows the {figure_lang} version of {name}"
-    assert "--8<--" not in INCLUDE.sub("", text), f"{stem} ({lang}) has an include of something else"
+    assert "--8<--" not in text, f"{stem} ({lang}) has an include line: run python -m minigpt.pages"
 
 
 def test_every_registered_table_and_figure_is_used():
@@ -408,8 +439,71 @@ def _prose_numbers():
             T.localize(za.paper_round(za.model_state_bytes(T.PSI_ZERO_PAPER, n, stage).total / za.GB), lang) + " GB"
         )
 
+    logits = T.LOGITS_EXAMPLE
+    practice = json.loads((ROOT / "lab/results/03-practice-cpu.json").read_text(encoding="utf-8"))
+    ac = practice["activation-checkpointing"]["variants"]
+    plain, ckpt_run = ac["plain"], ac["checkpointed"]
+
+    def change(key, phase=None):
+        def value(v):
+            return v[key] if phase is None else v[key][phase]
+
+        return value(ckpt_run) / value(plain) - 1
+
+    def ms(variant):
+        return lambda lang: T.num(1000 * variant["median_step_s"], lang, 1) + " ms"
+
+    def mb(variant, phase):
+        return lambda lang: T.num(variant["phase_peak_bytes"][phase] / 1e6, lang, 2) + " MB"
+
+    rank_batch = practice["meta"]["batch_size"] // practice["meta"]["world_size"]
+    world, tp, pp = T.MIN_BATCH_WORLD, T.MIN_BATCH_TP, T.MIN_BATCH_PP
+
     p00, p01, p02, p03 = PAGES
     return [
+        (p00, gb(memory.logits_bytes(**logits, with_grad=False), 2)),  # 16.81 GB
+        (p00, gb(memory.logits_bytes(**logits), 2)),  # 33.62 GB
+        (
+            p00,
+            gb(32 * za.activation_bytes_per_layer(logits["seq_len"], logits["batch"], 4096, 32, recompute="full"), 2),
+        ),
+        (p00, lambda lang: "$V = " + T.num(logits["vocab"], lang).replace(",", "{,}").replace(" ", "\\,") + "$"),
+        # Lab 03's measured activation checkpointing, quoted on page 03
+        (p03, lambda lang: T.tr(lang, "took ", "tardó un ") + T.pct(change("median_step_s"), lang, 0)),  # 15%
+        (p03, lambda lang: T.pct(-change("phase_peak_bytes", "forward"), lang, 0)),  # 76%
+        (p03, lambda lang: T.pct(-change("phase_peak_bytes", "backward"), lang, 0)),  # 63%
+        (p03, ms(plain)),
+        (p03, ms(ckpt_run)),
+        (p03, mb(plain, "forward")),
+        (p03, mb(ckpt_run, "forward")),
+        (p03, mb(plain, "backward")),
+        (p03, mb(ckpt_run, "backward")),
+        (
+            p03,
+            lambda lang: T.size(
+                memory.logits_bytes(rank_batch, d["block_size"], T.minigpt_vocab(), with_grad=False), lang, 2, "MB"
+            ),
+        ),
+        (p03, lambda lang: f"${rank_batch} \\cdot {d['block_size']} \\cdot {T.minigpt_vocab()} \\cdot 4$"),
+        (
+            p03,
+            lambda lang: (
+                f"the {plain['all_gathers']} all-gathers and {plain['reduce_scatters']} reduce-scatters"
+                if lang == "en"
+                else f"los {plain['all_gathers']} all-gathers y {plain['reduce_scatters']} reduce-scatters"
+            ),
+        ),
+        # the minimum batch: one sequence per data-parallel rank
+        (p02, lambda lang: T.num(world, lang) + T.tr(lang, " devices", " dispositivos")),
+        (p02, lambda lang: "= " + T.num(za.min_global_batch(world), lang) + T.tr(lang, " sequences", " secuencias")),
+        (p02, lambda lang: T.num(za.min_global_batch(world) * T.SEQ_7B, lang) + " tokens"),
+        (
+            p02,
+            lambda lang: "= " + T.num(za.min_global_batch(world, tp), lang) + T.tr(lang, " sequences", " secuencias"),
+        ),
+        (p02, lambda lang: T.num(za.min_global_batch(world, tp) * T.SEQ_7B, lang) + " tokens"),
+        (p02, lambda lang: "= " + T.num(za.min_global_batch(world, tp, pp), lang) + "$"),
+        (p02, lambda lang: T.pct(za.bubble_fraction(pp, 1), lang, 0)),  # 75%
         (p00, gb(za.model_state_bytes(T.PSI_7B).total, 0)),  # 112 GB
         (p00, gb(za.model_state_bytes(T.PSI_7B).optimizer, 0)),  # 84 GB
         (p00, gb(za.model_state_bytes(T.PSI_7B).params, 0)),  # 14 GB

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from minigpt import checkpoints
+from minigpt.fsdp.export import CONSOLIDATED_FILE
 from minigpt.fsdp.memory import PeakMemory, local_tensor
 from minigpt.fsdp.practice import (
     forward_backward,
@@ -243,8 +244,16 @@ FULL_FILE = "full.pt"  # the gathered state dict, written by rank 0
 PROBE_FILE = "probe-logits.pt"  # the saving run's logits on the probe batch
 LOAD_REPORT = "load-report.json"  # what the world-1 load measured, written beside the checkpoint
 # the files a checkpoint folder may hold and still be replaced by a new save: the world-1 load's
-# report, and the layout of a folder written before checkpoints had a completion marker
-REPLACEABLE = (LOAD_REPORT, f"{SHARDED_DIR}/.metadata", f"{SHARDED_DIR}/__*_*.distcp", FULL_FILE, PROBE_FILE)
+# report and consolidated export (minigpt.fsdp.export), and the layout of a folder written before
+# checkpoints had a completion marker
+REPLACEABLE = (
+    LOAD_REPORT,
+    CONSOLIDATED_FILE,
+    f"{SHARDED_DIR}/.metadata",
+    f"{SHARDED_DIR}/__*_*.distcp",
+    FULL_FILE,
+    PROBE_FILE,
+)
 
 
 def disk_layout(path: Path) -> list[dict]:

@@ -1,7 +1,7 @@
 """The figures of the theory pages and of Lab 02, drawn from the code (matplotlib, Agg backend).
 
 Each function takes the PNG path and the language of its labels; :data:`minigpt.pages.site.FIGURES`
-registers them and ``python -m minigpt.pages`` draws them into ``docs/figures/<name>-<lang>.png``.
+registers them and ``python -m minigpt.pages`` draws them into ``figures/<name>-<lang>.png`` (committed; ``docs/figures`` links there).
 """
 
 from __future__ import annotations

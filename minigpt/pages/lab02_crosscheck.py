@@ -11,7 +11,7 @@ from pathlib import Path
 from minigpt.pages.lang import num, sci, tr, write_tables
 
 NAMES = {
-    "ddp": ("Lab 01 DDP (ring)", "DDP del lab 01 (anillo)"),
+    "ddp": ("Lab 01 DDP (ring)", "DDP del laboratorio 01 (anillo)"),
     "zero1": ("ZeRO-1 optimizer", "optimizador ZeRO-1"),
     "fsdp2": ("FSDP2 (fully_shard)", "FSDP2 (fully_shard)"),
 }

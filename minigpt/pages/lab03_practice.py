@@ -8,7 +8,19 @@ from pathlib import Path
 
 from minigpt.pages.lang import num, sci
 
-DEMOS = ("wrap", "mixed-precision", "activation-checkpointing", "checkpoint", "clipping", "diagnostics")
+DEMOS = (
+    "wrap",
+    "mixed-precision",
+    "activation-checkpointing",
+    "checkpoint",
+    "clipping",
+    "diagnostics",
+    "loading",
+    "failed-save",
+)
+# the sections of the fragments, in order: the demonstrations, and the export that the checkpoint
+# demonstration's world-1 half adds (consolidating its sharded checkpoint into one file)
+SECTIONS = (*DEMOS[:4], "export", *DEMOS[4:])
 
 # ----------------------------------------------------------------------------------------------
 # Tables (Markdown, English and Spanish) and figures, from a report
@@ -88,6 +100,26 @@ LABELS = {
         "forward": "forward",
         "backward": "backward",
         "optimizer step": "optimizer step",
+        "loading": "loading",
+        "fsdp_first": "every rank reads the file",
+        "broadcast_from_rank0": "rank 0 reads it (`broadcast_from_rank0`)",
+        "rank": "rank",
+        "held_meta": "parameters held, built on meta (bytes)",
+        "held_sharded": "after fully_shard (bytes)",
+        "held_empty": "after to_empty (bytes)",
+        "held_loaded": "after the load (bytes)",
+        "read_bytes": "checkpoint read (bytes)",
+        "load_peak": "peak while loading (MB)",
+        "loading_note": "The full checkpoint: {tensors} tensors, {full} bytes of tensor data ({file} bytes on disk). "
+        "Largest \\|loaded shard − checkpoint\\| (the shards gathered): {d1} when every rank reads it, "
+        "{d2} with `broadcast_from_rank0`.",
+        "export_note": "`dcp_to_torch_save` wrote `{file}`, one file of {bytes} bytes holding {keys}. "
+        "Its {n} model tensors, loaded by a plain MiniGPT (`load_state_dict`, strict), give the saving run's "
+        "logits: max \\|difference\\| {d}, {same}.",
+        "identical": "bit for bit identical",
+        "not_identical": "NOT identical",
+        "failed_note": "Rank {f} raised before `dcp.save`; rank {w} was already inside it, in a group with a "
+        "{t} s timeout. After {s} s it ended with:",
     },
     "es": {
         "policy": "política",
@@ -164,6 +196,26 @@ LABELS = {
         "forward": "forward",
         "backward": "backward",
         "optimizer step": "paso del optimizador",
+        "loading": "carga",
+        "fsdp_first": "cada rank lee el archivo",
+        "broadcast_from_rank0": "lo lee el rank 0 (`broadcast_from_rank0`)",
+        "rank": "rank",
+        "held_meta": "parámetros en memoria, construido en meta (bytes)",
+        "held_sharded": "tras fully_shard (bytes)",
+        "held_empty": "tras to_empty (bytes)",
+        "held_loaded": "tras la carga (bytes)",
+        "read_bytes": "checkpoint leído (bytes)",
+        "load_peak": "pico durante la carga (MB)",
+        "loading_note": "El checkpoint completo: {tensors} tensores, {full} bytes de datos de tensores ({file} bytes en "
+        "disco). Mayor \\|fragmento cargado − checkpoint\\| (los fragmentos reunidos): {d1} cuando cada rank lo lee, "
+        "{d2} con `broadcast_from_rank0`.",
+        "export_note": "`dcp_to_torch_save` escribió `{file}`, un solo archivo de {bytes} bytes con {keys}. "
+        "Sus {n} tensores del modelo, cargados en un MiniGPT sin fragmentar (`load_state_dict`, estricto), dan los "
+        "logits de la ejecución que guardó: máx. \\|diferencia\\| {d}, {same}.",
+        "identical": "idénticos bit a bit",
+        "not_identical": "NO idénticos",
+        "failed_note": "El rank {f} lanzó una excepción antes de `dcp.save`; el rank {w} ya estaba dentro, en un grupo "
+        "con un tiempo límite (timeout) de {t} s. A los {s} s terminó con:",
     },
 }
 PHASES_OF_STEP = ("forward", "backward", "optimizer")
@@ -335,6 +387,57 @@ def table_diagnostics(r: dict, lang: str) -> str:
     return units + "\n" + shards + "\n" + phases
 
 
+def table_loading(r: dict, lang: str) -> str:
+    L = LABELS[lang]
+    held = ("built on meta", "sharded on meta", "to_empty", "loaded")
+    rows = [
+        [L[mode], rank]
+        + [num(p["held_bytes"][h], lang) for h in held]
+        + [num(p["read_bytes"], lang), _mb(p["load_peak_bytes"], lang)]
+        for mode in ("fsdp_first", "broadcast_from_rank0")
+        for rank, p in enumerate(r[mode]["per_rank"])
+    ]
+    header = [L[k] for k in ("loading", "rank", "held_meta", "held_sharded", "held_empty", "held_loaded")]
+    table = md_table(header + [L["read_bytes"], L["load_peak"]], rows, "lr" + "r" * 6)
+    first = r["fsdp_first"]
+    note = L["loading_note"].format(
+        tensors=first["tensors"],
+        full=num(first["full_bytes"], lang),
+        file=num(r["file_bytes"], lang),
+        d1=_sci(first["max_difference"], lang),
+        d2=_sci(r["broadcast_from_rank0"]["max_difference"], lang),
+    )
+    return table + "\n" + note + "\n"
+
+
+def table_export(r: dict, lang: str) -> str:
+    L = LABELS[lang]
+    return (
+        L["export_note"].format(
+            file=r["file"],
+            bytes=num(r["bytes"], lang),
+            keys=", ".join(f"`{k}`" for k in r["top_level"]),
+            n=r["model_tensors"],
+            d=_sci(r["max_logit_difference"], lang),
+            same=L["identical" if r["identical_logits"] else "not_identical"],
+        )
+        + "\n"
+    )
+
+
+def table_failed_save(r: dict, lang: str) -> str:
+    L = LABELS[lang]
+    waited = [x for x in r["ranks"] if "line" in x]
+    raised = ", ".join(str(x["rank"]) for x in r["ranks"] if x["what"] == "raised before the save")
+    out = []
+    for w in waited:
+        note = L["failed_note"].format(
+            f=raised, w=w["rank"], t=num(r["timeout_s"], lang, 0), s=num(w["seconds"], lang, 1)
+        )
+        out.append(f"{note}\n\n```text\n{w['line']}\n```\n")
+    return "\n".join(out)
+
+
 TABLES = {
     "wrap": table_wrap,
     "mixed-precision": table_mixed_precision,
@@ -342,6 +445,9 @@ TABLES = {
     "checkpoint": table_checkpoint,
     "clipping": table_clipping,
     "diagnostics": table_diagnostics,
+    "loading": table_loading,
+    "export": table_export,
+    "failed-save": table_failed_save,
 }
 
 
@@ -350,7 +456,7 @@ def render_tables(report: dict, lang: str) -> str:
     alone: ``--8<-- "lab/results/03-practice-cpu-en.txt:wrap"``."""
     return "\n".join(
         f"<!-- --8<-- [start:{name}] -->\n{TABLES[name](report[name], lang)}<!-- --8<-- [end:{name}] -->\n"
-        for name in DEMOS
+        for name in SECTIONS
         if name in report
     )
 

@@ -10,11 +10,14 @@ The registries gather what the page modules of this package make:
 * ``FIGURES``: name -> ``function(png_path, lang)``, a matplotlib plot (Agg backend) labelled in
   that language (:mod:`minigpt.pages.figures`).
 
-``python -m minigpt.pages`` writes ``build/tables/<name>-<lang>.md`` and
-``docs/figures/<name>-<lang>.png`` for both languages. A page includes a table with the line
-``--8<-- "build/tables/<name>-en.md"`` and a figure with ``![...](../figures/<name>-en.png)``.
-The lab pages' measured tables come from the results JSON instead (``lab/results/``), each
-rendered by its lab script's ``--render``.
+``python -m minigpt.pages`` writes ``build/tables/<name>-<lang>.md`` and the committed figures
+``figures/<name>-<lang>.png`` (``docs/figures`` is a link to them) for both languages, then
+writes every table and fragment into the pages that show it (:mod:`minigpt.pages.inline`), so that
+a page read on the forge shows them too. A page asks for a table with the line
+``--8<-- "build/tables/<name>-en.md"`` (turned into a generated block on the next run) and shows a
+figure with ``![...](../figures/<name>-en.png)``. The lab pages' measured tables come from the
+results JSON instead (``lab/results/``), each rendered by its lab script's ``--render``.
+``--check`` changes nothing and exits 1 when a page's generated blocks are out of date.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.pages import figures, lab02, lab03_reading, theory
+from minigpt.pages import figures, inline, lab02, lab03_reading, theory
 from minigpt.pages.lang import LANGS
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -86,11 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--figures-dir",
         type=Path,
-        default=Path("docs/figures"),
-        help="where the PNG figures go (default: docs/figures)",
+        default=Path("figures"),
+        help="where the PNG figures go (default: figures, committed; docs/figures links to it)",
     )
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--no-pages", action="store_true", help="leave the pages' generated blocks as they are")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a page's generated blocks are out of date"
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        out_of_date = inline.stale({**TABLES, **FRAGMENTS})
+        for page in out_of_date:
+            print(f"{page}: generated blocks out of date; run python -m minigpt.pages")
+        return 1 if out_of_date else 0
     try:
         cli.output_dir(args.tables_dir, "--tables-dir")
         if not args.no_figures:
@@ -99,4 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli.refuse(parser.prog, str(exc))
     for path in write_all(args.tables_dir, None if args.no_figures else args.figures_dir):
         print(path)
+    if not args.no_pages:
+        for page in inline.update({**TABLES, **FRAGMENTS}):
+            print(f"{page}: generated blocks rewritten")
     return 0

@@ -24,6 +24,10 @@ SHAPE_7B = {"n_layer": 32, "n_embd": 4096, "n_head": 32}  # GPT-3 6.7B's and LLa
 SEQ_7B = 4096  # tokens per sequence in the 7B examples
 TOKENS_7B = 10**12  # a 7B model trained on 10^12 tokens
 SUSTAINED_FLOPS = 400 * TFLOP  # an assumed sustained rate of one modern accelerator
+LOGITS_EXAMPLE = {"batch": 8, "seq_len": SEQ_7B, "vocab": 128_256}  # page 00: Llama 3's vocabulary, fp32
+MIN_BATCH_WORLD = 1024  # page 02: the devices of the minimum-batch example (128 hosts of 8)
+MIN_BATCH_TP = 8  # page 02: its tensor-parallel degree (one node)
+MIN_BATCH_PP = 4  # page 02: its pipeline stages
 
 
 @lru_cache(maxsize=1)
@@ -32,6 +36,14 @@ def minigpt_params() -> int:
     from minigpt.model import GPTConfig, MiniGPT
 
     return MiniGPT(GPTConfig()).num_params()
+
+
+@lru_cache(maxsize=1)
+def minigpt_vocab() -> int:
+    """MiniGPT's vocabulary size V, from the model's config (imports torch)."""
+    from minigpt.model import GPTConfig
+
+    return GPTConfig().vocab_size
 
 
 @lru_cache(maxsize=1)

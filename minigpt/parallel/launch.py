@@ -235,17 +235,7 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
     :data:`STOP_GRACE_S`) rather than exit with an error of its own, so that torchrun's report blames
     the rank that really failed."""
     global _REPORTED
-    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", " ".join(str(exc).split()))  # gloo's source location
-    error = f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
-    failed = failed_peers(ctx, ask_store_s=2.0) if ctx is not None else {}
-    rank = "?" if ctx is None else ctx.rank
-    if failed:
-        line = f"[rank {rank}] error: {_describe(failed)}; a collective failed ({error}); rank {rank} stops too"
-    else:
-        line = (
-            f"[rank {rank}] error: a collective failed ({error}); a peer rank probably died or stopped "
-            f"answering (collective timeout {timeout_s:g} s); rank {rank} stops too"
-        )
+    line, failed = collective_failure_line(ctx, exc, timeout_s)
     _REPORTED = True
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
@@ -260,6 +250,25 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
             time.sleep(STOP_GRACE_S)  # torchrun's SIGTERM normally ends this rank long before
     cli.tell_torchrun(line)
     os._exit(1)
+
+
+def collective_failure_line(
+    ctx: DistContext | None, exc: BaseException, timeout_s: float
+) -> tuple[str, dict[int, str]]:
+    """The one line :func:`fail_collective` prints for a failed collective, and the failed peers
+    it found (``{rank: why}``, empty when none can be told: a peer alive but not answering)."""
+    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", " ".join(str(exc).split()))  # gloo's source location
+    error = f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+    failed = failed_peers(ctx, ask_store_s=2.0) if ctx is not None else {}
+    rank = "?" if ctx is None else ctx.rank
+    if failed:
+        line = f"[rank {rank}] error: {_describe(failed)}; a collective failed ({error}); rank {rank} stops too"
+    else:
+        line = (
+            f"[rank {rank}] error: a collective failed ({error}); a peer rank probably died or stopped "
+            f"answering (collective timeout {timeout_s:g} s); rank {rank} stops too"
+        )
+    return line, failed
 
 
 def run(ctx: DistContext, prog: str, work: Callable[[], T]) -> T:

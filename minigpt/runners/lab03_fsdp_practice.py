@@ -1,13 +1,15 @@
-"""Lab 03, part 3: FSDP in practice. Six demonstrations on real FSDP2 runs of MiniGPT.
+"""Lab 03, part 3: FSDP in practice. Eight demonstrations on real FSDP2 runs of MiniGPT.
 
-    torchrun --nproc_per_node=2 lab/03_fsdp_practice.py                        # all six
+    torchrun --nproc_per_node=2 lab/03_fsdp_practice.py                        # all eight
     torchrun --nproc_per_node=2 lab/03_fsdp_practice.py --only wrap,clipping   # some
     torchrun --nproc_per_node=2 lab/03_fsdp_practice.py --steps 20 --report lab/results/03-practice-cpu.json
     python lab/03_fsdp_practice.py --render lab/results/03-practice-cpu.json   # tables and figures, en + es
 
 Demonstrations (``--only``): wrap, mixed-precision, activation-checkpointing, checkpoint,
-clipping, diagnostics. Rank 0 prints a table for each. The code that measures lives in
-minigpt/fsdp/ (practice.py, sharded_state.py, memory.py); this file runs it, and
+clipping, diagnostics, loading (a full checkpoint into shards: FSDP-first, then broadcast from
+rank 0), failed-save (a collective save that one rank never joins, ended by a short timeout).
+Rank 0 prints a table for each. The code that measures lives in minigpt/fsdp/ (practice.py,
+sharded_state.py, memory.py, loading.py, export.py, failed_save.py); this file runs it, and
 minigpt/pages/lab03_practice.py draws its tables and figures.
 
 The checkpoint demonstration has two halves. The 2 ranks save a sharded checkpoint in
@@ -16,7 +18,9 @@ one, that reads it back into a plain MiniGPT:
 
     python lab/03_fsdp_practice.py --load-resharded out/lab03-checkpoints
 
-(the command is printed, so you can run it again yourself). Starting it from here keeps the
+(the command is printed, so you can run it again yourself). That process also consolidates the
+sharded checkpoint into one ``torch.save`` file, ``consolidated.pt``, for export (the ``export``
+section of the report). Starting it from here keeps the
 demonstration one command and its numbers in the same report; starting a new process, without
 torchrun's environment, shows that nothing of the 2-rank run is needed to read its checkpoint.
 """
@@ -33,12 +37,13 @@ import time
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.pages.lab03_practice import DEMOS, TABLES, render, table_load
+from minigpt.pages.lab03_practice import DEMOS, TABLES, render, table_export, table_load
 
 PROG = "lab/03_fsdp_practice.py"
 SCRIPT = Path(__file__).resolve().parent.parent.parent / PROG  # the lab script, started again for the world-1 load
 DEFAULT_OUT_DIR = "out/lab03-checkpoints"
 STEPS = cli.Number(int, low=2, note="a median and a drift need two steps")
+FAILED_SAVE_TIMEOUT_S = 5.0  # the failed-save demonstration's own group: what its rank waits
 TORCHRUN_ENV = (
     "RANK",
     "LOCAL_RANK",
@@ -171,17 +176,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if "checkpoint" in names:
         report["checkpoint"]["load"] = start_load_half(args)
+        if "export" in report["checkpoint"]["load"]:  # a section of its own on the page
+            report["export"] = report["checkpoint"]["load"].pop("export")
     if args.report:
         launch.write_report(args.report, report)
         print(f"[rank 0] wrote {args.report}")
-    ok = "checkpoint" not in names or report["checkpoint"]["load"].get("max_logit_difference") == 0.0
+    ok = "checkpoint" not in names or (
+        report["checkpoint"]["load"].get("max_logit_difference") == 0.0
+        and report.get("export", {}).get("identical_logits") is True
+    )
+    if "loading" in names:  # the loaded shards are the checkpoint, bit for bit
+        ok = ok and all(report["loading"][k]["max_difference"] == 0.0 for k in ("fsdp_first", "broadcast_from_rank0"))
     return 0 if ok else 1
 
 
 def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
     import torch
 
-    from minigpt.fsdp import practice, sharded_state
+    from minigpt.fsdp import failed_save, practice, sharded_state
     from minigpt.parallel import launch
     from minigpt.train import TrainConfig
 
@@ -193,6 +205,8 @@ def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
         "checkpoint": lambda: {"save": sharded_state.save_checkpoints(cfg, ctx, args.out_dir, args.steps)},
         "clipping": lambda: sharded_state.gradient_clipping(cfg, ctx, args.steps),
         "diagnostics": lambda: practice.diagnostics(cfg, ctx),
+        "loading": lambda: loading_demo(cfg, ctx),
+        "failed-save": lambda: failed_save.failed_save(ctx, FAILED_SAVE_TIMEOUT_S),
     }
     report = {
         "meta": {
@@ -220,11 +234,29 @@ def run(names: list[str], args: argparse.Namespace, ctx) -> dict:
     return report
 
 
+def loading_demo(cfg, ctx) -> dict:
+    """A full checkpoint (``torch.save`` of a plain MiniGPT) loaded into FSDP shards twice: every
+    rank reading it, then rank 0 only. Each rank writes the file in a temporary folder of its own
+    (ranks on other machines need no shared disk) and removes it after."""
+    import tempfile
+
+    from minigpt.fsdp import loading
+
+    with tempfile.TemporaryDirectory(prefix="minigpt-full-") as folder:
+        path = Path(folder) / "full.pt"
+        file_bytes = loading.write_full_checkpoint(cfg, path)
+        return {
+            "file_bytes": file_bytes,
+            "fsdp_first": loading.fsdp_first_loading(cfg, ctx, path),
+            "broadcast_from_rank0": loading.cpu_ram_efficient_loading(cfg, ctx, path),
+        }
+
+
 def load_half(args: argparse.Namespace) -> int:
     """The world-1 half: read the sharded checkpoint, compare, print, write DIR/load-report.json."""
     import torch
 
-    from minigpt.fsdp import sharded_state
+    from minigpt.fsdp import export, sharded_state
     from minigpt.parallel import launch
     from minigpt.train import TrainConfig
 
@@ -232,14 +264,22 @@ def load_half(args: argparse.Namespace) -> int:
     ctx = launch.init(args.timeout)
     try:
         result = sharded_state.load_resharded(TrainConfig(seed=args.seed), args.load_resharded)
+        folder = Path(args.load_resharded)
+        result["export"] = export.consolidate(
+            TrainConfig(seed=args.seed),
+            folder / sharded_state.SHARDED_DIR,
+            torch.load(folder / sharded_state.PROBE_FILE, weights_only=True),
+            folder / export.CONSOLIDATED_FILE,
+        )
     except ValueError as exc:  # a missing or inconsistent checkpoint: one line, naming the file
         return cli.refuse(PROG, str(exc))
     finally:
         launch.teardown()
     result["world_size"] = ctx.world_size
     print(table_load(result, "en"), flush=True)
+    print(table_export(result["export"], "en"), flush=True)
     (Path(args.load_resharded) / sharded_state.LOAD_REPORT).write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if result["max_logit_difference"] == 0.0 else 1
+    return 0 if result["max_logit_difference"] == 0.0 and result["export"]["identical_logits"] else 1
 
 
 def start_load_half(args: argparse.Namespace) -> dict:

@@ -347,6 +347,39 @@ def effective_batch_size(micro_batch: int, accum: int, data_parallel: int) -> in
     return micro_batch * accum * data_parallel
 
 
+def data_parallel_degree(
+    world_size: int, tensor_parallel: int = 1, pipeline_parallel: int = 1, context_parallel: int = 1
+) -> int:
+    """The data-parallel degree a launcher derives: the devices left once the model-parallel
+    dimensions are taken, W / (t p c), with W = processes per host x hosts. Tensor- and
+    context-parallel ranks work on the same sequences and pipeline stages on the same
+    micro-batches, so only these W / (t p c) groups see different samples."""
+    for name, value in (
+        ("world_size", world_size),
+        ("tensor_parallel", tensor_parallel),
+        ("pipeline_parallel", pipeline_parallel),
+        ("context_parallel", context_parallel),
+    ):
+        _positive_int(name, value)
+    model_parallel = tensor_parallel * pipeline_parallel * context_parallel
+    if world_size % model_parallel:
+        raise ValueError(
+            f"tensor_parallel {tensor_parallel} x pipeline_parallel {pipeline_parallel} x context_parallel "
+            f"{context_parallel} = {model_parallel} does not divide the world size {world_size}"
+        )
+    return world_size // model_parallel
+
+
+def min_global_batch(
+    world_size: int, tensor_parallel: int = 1, pipeline_parallel: int = 1, context_parallel: int = 1
+) -> int:
+    """The smallest global batch (sequences per optimizer step): one sequence per data-parallel
+    rank, a micro-batch of 1 without accumulation. Model parallelism lowers it by t p c."""
+    return effective_batch_size(
+        1, 1, data_parallel_degree(world_size, tensor_parallel, pipeline_parallel, context_parallel)
+    )
+
+
 LR_RULES = ("linear", "sqrt")
 
 

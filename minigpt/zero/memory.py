@@ -196,6 +196,20 @@ def activation_bytes(
     return layers * kept + full
 
 
+def logits_bytes(batch: int, seq_len: int, vocab: int, bytes_per: int = 4, with_grad: bool = True) -> float:
+    """Bytes of the language-model head's output, the [B, S, V] logits: B S V bytes_per, twice
+    with their gradient (the same shape, made in the backward pass of the loss).
+
+    Nothing in Korthikanti et al.'s per-layer count holds it, and activation checkpointing of the
+    layers leaves it whole. With a vocabulary of 10^5 tokens it is the largest single tensor of a
+    step; cross-entropy computed in fp32 makes (and keeps, for backward) an fp32 copy even when
+    the logits are 16-bit. A chunked or fused cross-entropy never makes the whole of it.
+    """
+    for name, value in (("batch", batch), ("seq_len", seq_len), ("vocab", vocab), ("bytes_per", bytes_per)):
+        za._positive_int(name, value)
+    return batch * seq_len * vocab * bytes_per * (2 if with_grad else 1)
+
+
 # --- DeepSpeed's estimators -------------------------------------------------------------------
 # DeepSpeed prints memory estimates with estimate_zero2_model_states_mem_needs (in
 # deepspeed/runtime/zero/stage_1_and_2.py) and estimate_zero3_model_states_mem_needs (stage3.py).
