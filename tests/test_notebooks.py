@@ -36,7 +36,7 @@ from tests.limits import limit
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ENGLISH = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.endswith(".es.ipynb"))
-NOT_WRITTEN = {"en": "not written yet: Exercise ", "es": "todavía sin escribir: Exercise "}
+NOT_WRITTEN = {"en": "not written yet: Exercise ", "es": "sin escribir todavía: Ejercicio "}
 SCORE_LINE = re.compile(r"^\s+(\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
 
 
