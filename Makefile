@@ -72,11 +72,11 @@ notebooks: $(STAMP)
 # the tables into the pages that show them (between markers) and the figures into figures/
 # (committed, so that a page read on the forge shows them; docs/figures links there).
 docs: $(STAMP)
-	$(PY) -m minigpt.pages.theory
+	$(PY) -m minigpt.pages
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 serve: $(STAMP)
-	$(PY) -m minigpt.pages.theory
+	$(PY) -m minigpt.pages
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
 
 clean:
