@@ -1,0 +1,323 @@
+"""One FSDP unit: its shards, its gathered parameters, and the four hooks that move between them.
+
+A unit holds, for each parameter it owns (:mod:`.ownership`), a :class:`ShardedParam`:
+
+* ``shard`` - this rank's rows (:mod:`.sharding`), an ``nn.Parameter`` in the master dtype. It is
+  what the module holds between steps, so ``model.parameters()``, the optimizer and
+  ``state_dict()`` see shards only: any ``torch.optim`` optimizer is then a sharded optimizer.
+* ``full`` - a full-size ``nn.Parameter`` in the compute dtype whose *storage* is freed (resized
+  to 0 bytes) while the unit is sharded and refilled by an all-gather when it is needed. While
+  the unit is gathered the modules hold ``full`` instead of ``shard``. Autograd keeps pointing at
+  the same ``full`` tensor, so backward can use it again once it has been gathered again, and
+  adds the unit's gradients into ``full.grad``.
+
+The hooks, in the order one training step calls them:
+
+1. **pre-forward** (before the module's ``forward``): gather the unit (or wait for the prefetch
+   already in flight), all-gather the units of the forward prefetch list ahead, and mark the
+   inputs so that autograd calls *post-backward* once their gradient has been computed;
+2. **post-forward** (after ``forward``): free the gathered parameters (``reshard_after_forward``;
+   the root keeps them, since backward starts with it), and mark the outputs so that autograd
+   calls *pre-backward* when their first gradient arrives;
+3. **pre-backward**: gather the unit again (its forward freed it), then prefetch the next units
+   of backward (:mod:`.prefetch`);
+4. **post-backward**: free the gathered parameters and reduce-scatter the gradients into the
+   shards (:mod:`.gradients`).
+
+A unit used k times in one forward runs its post-backward work after its k-th backward only.
+The root also queues a callback at the end of backward: it runs the post-backward of every unit
+whose inputs needed no gradient (the root itself: its input is token ids) and frees what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.autograd import Variable
+
+from minigpt.parallel.fsdp_by_hand import gradients, ownership, prefetch, sharding
+from minigpt.parallel.fsdp_by_hand.ownership import Slot
+from minigpt.parallel.fsdp_by_hand.record import Recorder
+
+UNIT_ATTR = "_fsdp_by_hand_unit"  # the attribute that marks a module as a unit
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    """``param_dtype``: the dtype of the gathered parameters and of the computation (None: the
+    master dtype); ``reduce_dtype``: the dtype of the reduce-scatter (None: ``param_dtype``)."""
+
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
+
+
+@dataclass
+class ShardedParam:
+    shard: nn.Parameter
+    full: nn.Parameter
+    rows: int
+    shape: torch.Size
+    slots: list[Slot]
+    origin: int  # id() of the parameter it replaced (to tell a tie across units)
+
+
+def _free(t: torch.Tensor) -> None:
+    t.untyped_storage().resize_(0)
+
+
+def _allocate(t: torch.Tensor) -> None:
+    size = t.numel() * t.element_size()
+    if t.untyped_storage().size() != size:
+        t.untyped_storage().resize_(size)
+
+
+class FSDPUnit:
+    """The state and hooks of one unit; made by :func:`minigpt.parallel.fsdp_by_hand.fully_shard`.
+
+    The pieces the hooks use are attributes of the class, so that a subclass (Lab 04's
+    exercises) can replace any of them: the sharding of one parameter, the parameters a unit
+    owns, the reduce-scatter of its gradients, the global gradient norm, the prefetch choice.
+    """
+
+    shard_rows = staticmethod(sharding.shard_rows)
+    gather_rows = staticmethod(sharding.gather_rows)
+    unit_parameters = staticmethod(ownership.unit_parameters)
+    global_grad_norm = staticmethod(gradients.global_grad_norm)
+    backward_prefetch_targets = staticmethod(prefetch.backward_prefetch_targets)
+
+    def reduce_gradients(self) -> None:
+        gradients.reduce_gradients(self)
+
+    def __init__(
+        self,
+        module: nn.Module,
+        params: list[tuple[nn.Parameter, list[Slot]]],
+        group: dist.ProcessGroup | None,
+        reshard_after_forward: bool,
+        mp: MixedPrecision,
+        recorder: Recorder | None,
+    ):
+        self.module, self.group = module, group
+        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+        self.reshard_after_forward = reshard_after_forward
+        self.recorder = recorder
+        self.name = "?"  # set by the root: "root", "blocks.0", ...
+        self.root: FSDPUnit | None = None  # set at the first forward
+        self.units: list[FSDPUnit] = []  # the root's list of every unit below it, itself first
+        self.forward_prefetch: list[FSDPUnit] = []  # explicit lists (set_modules_to_*_prefetch)
+        self.backward_prefetch: list[FSDPUnit] | None = None  # None: implicit
+        self.params: list[ShardedParam] = []
+        master = None
+        for p, slots in params:
+            master = master or p.dtype
+            shard = nn.Parameter(self.shard_rows(p.detach(), self.rank, self.world_size), requires_grad=p.requires_grad)
+            compute = mp.param_dtype or p.dtype
+            full = nn.Parameter(torch.empty(p.shape, dtype=compute, device=p.device), requires_grad=p.requires_grad)
+            _free(full)
+            self.params.append(ShardedParam(shard, full, p.shape[0], p.shape, slots, id(p)))
+            shard.__dict__[UNIT_ATTR] = self  # this shard belongs to a unit
+        self.param_dtype = mp.param_dtype or master or torch.float32
+        self.reduce_dtype = mp.reduce_dtype or self.param_dtype
+        self.gathered = False
+        self._in_flight: tuple[dist.Work, torch.Tensor] | None = None
+        self._uses = 0  # forwards whose backward has not finished yet
+        self._hold("shard")
+
+    # -- moving between shards and whole parameters ---------------------------------------------
+
+    def _hold(self, which: str) -> None:
+        """Point every slot at the shards (``"shard"``) or at the gathered tensors (``"full"``)."""
+        for p in self.params:
+            tensor = p.shard if which == "shard" else p.full
+            for module, attr, _ in p.slots:
+                module._parameters[attr] = tensor
+
+    def unshard(self, async_op: bool = False) -> None:
+        """All-gather the unit's parameters (nothing if gathered or already in flight); with
+        ``async_op`` return at once and let :meth:`wait_unshard` finish it."""
+        if self.gathered or self._in_flight is not None or not self.params:
+            return
+        with torch.no_grad():
+            local = torch.cat([p.shard.detach().reshape(-1).to(self.param_dtype) for p in self.params])
+        out = local.new_empty(self.world_size * local.numel())
+        self.record_collective("all-gather", out, async_op)
+        self.event("all-gather")
+        work = dist.all_gather_into_tensor(out, local, group=self.group, async_op=async_op)
+        self._in_flight = (work, out)
+        if not async_op:
+            self.wait_unshard()
+
+    def wait_unshard(self) -> None:
+        """Wait for the unit's all-gather and copy each parameter's rows out of it."""
+        if self._in_flight is None:
+            return
+        work, out = self._in_flight
+        if work is not None:
+            work.wait()
+        self._in_flight = None
+        by_rank = out.view(self.world_size, -1)  # row r: rank r's shards, one after another
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                n = p.shard.numel()
+                padded = by_rank[:, offset : offset + n].reshape(self.world_size * p.shard.shape[0], *p.shape[1:])
+                _allocate(p.full)
+                p.full.data.copy_(padded[: p.rows])  # .data: autograd does not count this write
+                offset += n
+        self.gathered = True
+        self._hold("full")
+        self.event("gathered", in_schedule=False)
+
+    def reshard(self) -> None:
+        """Free the gathered parameters; the modules hold the shards again."""
+        self.wait_unshard()  # a prefetch nobody used: finish it before freeing its target
+        if not self.gathered:
+            return
+        for p in self.params:
+            _free(p.full)
+        self.gathered = False
+        self._hold("shard")
+        self.event("free")
+
+    # -- the four hooks ---------------------------------------------------------------------------
+
+    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
+        if self.root is None:
+            self._become_root()
+        if self is self.root:
+            self._start_step()
+        self.unshard()
+        self.wait_unshard()
+        for ahead in self.forward_prefetch:
+            ahead.unshard(async_op=True)
+        if torch.is_grad_enabled():
+            self._uses += 1
+            args = _mark_inputs(self, args)
+        if self is not self.root:
+            self.event("forward")
+        return args
+
+    def post_forward(self, module: nn.Module, args: tuple, output):
+        self.root.post_forward_order.append(self.name)
+        if self.reshard_after_forward and self is not self.root:
+            self.reshard()
+        if torch.is_grad_enabled():
+            output = _mark_outputs(self, output)
+        return output
+
+    def pre_backward(self) -> None:
+        if self is self.root and not self.root._callback_queued:
+            self.root._callback_queued = True
+            Variable._execution_engine.queue_callback(self.root._finish_backward)
+        self.unshard()
+        self.wait_unshard()
+        for ahead in self._backward_prefetch_units():
+            ahead.unshard(async_op=True)
+        if self is not self.root:
+            self.event("backward")
+
+    def post_backward(self) -> None:
+        self._uses -= 1
+        if self._uses > 0:
+            return  # a unit used twice: its other use has not finished its backward yet
+        self.reshard()
+        self.reduce_gradients()
+
+    # -- the root's work --------------------------------------------------------------------------
+
+    def _backward_prefetch_units(self) -> list[FSDPUnit]:
+        if self.backward_prefetch is not None:
+            return self.backward_prefetch
+        by_name = {u.name: u for u in self.root.units}
+        return [by_name[n] for n in self.backward_prefetch_targets(self.root.post_forward_order, self.name, 1)]
+
+    def _become_root(self) -> None:
+        from minigpt.parallel.fsdp_by_hand.api import find_units
+
+        self.units = find_units(self.module)
+        for unit in self.units:
+            unit.root = self
+        self.post_forward_order: list[str] = []
+        self._callback_queued = False
+        if self.recorder is not None:
+            self.recorder._census = self.held_bytes
+
+    def _start_step(self) -> None:
+        if torch.is_grad_enabled():
+            self.post_forward_order = []
+
+    def _finish_backward(self) -> None:
+        """Queued at the root's pre-backward; autograd runs it when the whole backward is done."""
+        for unit in self.units:
+            if unit._uses > 0:  # its inputs needed no gradient, so no hook told it
+                unit._uses = 1
+                unit.post_backward()
+        for unit in self.units:
+            unit.reshard()
+        self._callback_queued = False
+
+    def held_bytes(self) -> int:
+        """Bytes of parameters and gradients this rank holds now, every unit of the root counted
+        from the storages themselves (gathered tensors, full gradients, shards and their grads;
+        a storage that several of them view is counted once)."""
+        storages: dict[int, int] = {}
+        for unit in self.units:
+            for p in unit.params:
+                for t in (p.shard, p.shard.grad, p.full, p.full.grad):
+                    if t is not None and t.untyped_storage().nbytes():
+                        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(storages.values())
+
+    # -- records ----------------------------------------------------------------------------------
+
+    def event(self, what: str, in_schedule: bool = True) -> None:
+        if self.recorder is not None:
+            self.recorder.event(what, self.name, in_schedule)
+
+    def record_collective(self, kind: str, full_buffer: torch.Tensor, is_async: bool) -> None:
+        if self.recorder is not None:
+            self.recorder.collective(
+                kind, self.name, full_buffer.numel(), full_buffer.element_size(), self.world_size, is_async
+            )
+            if kind == "reduce-scatter":
+                self.recorder.event("reduce-scatter", self.name)
+
+
+# -- telling autograd when a unit's backward starts and ends ----------------------------------------
+
+
+class _PostBackward(torch.autograd.Function):
+    """Identity on the unit's inputs; its backward runs once their gradient is computed, which is
+    after the unit's own backward: the unit's post-backward."""
+
+    @staticmethod
+    def forward(ctx, unit, *inputs):
+        ctx.unit = unit
+        return inputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.unit.post_backward()
+        return (None, *grads)
+
+
+def _mark_inputs(unit: FSDPUnit, args: tuple) -> tuple:
+    positions = [i for i, a in enumerate(args) if torch.is_tensor(a) and a.requires_grad]
+    if not positions:
+        return args
+    marked = _PostBackward.apply(unit, *(args[i] for i in positions))
+    args = list(args)
+    for i, t in zip(positions, marked):
+        args[i] = t
+    return tuple(args)
+
+
+def _mark_outputs(unit: FSDPUnit, output):
+    tensors = [t for t in (output if isinstance(output, (tuple, list)) else (output,)) if torch.is_tensor(t)]
+    tensors = [t for t in tensors if t.requires_grad]
+    if tensors:
+        torch.autograd.graph.register_multi_grad_hook(tensors, lambda grads: unit.pre_backward(), mode="any")
+    return output
