@@ -63,6 +63,9 @@ REFERENCE: dict[str, dict[str, str]] = {
         "global_grad_norm_from_shards": "minigpt.fsdp.sharded_state:global_grad_norm_from_shards",
         "units_of_policy": "minigpt.fsdp.practice:units_of_policy",
     },
+    "lab04_fsdp": {
+        "FSDPUnit": "minigpt.parallel.fsdp_by_hand.unit:FSDPUnit",
+    },
 }
 
 

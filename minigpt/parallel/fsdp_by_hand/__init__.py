@@ -23,7 +23,13 @@ from minigpt.parallel.fsdp_by_hand.api import (
 )
 from minigpt.parallel.fsdp_by_hand.gradients import clip_grad_norm_
 from minigpt.parallel.fsdp_by_hand.record import Recorder
-from minigpt.parallel.fsdp_by_hand.state import full_state_dict, load_full_state_dict, load_sharded, save_sharded
+from minigpt.parallel.fsdp_by_hand.state import (
+    full_optimizer_state_dict,
+    full_state_dict,
+    load_full_state_dict,
+    load_sharded,
+    save_sharded,
+)
 from minigpt.parallel.fsdp_by_hand.unit import MixedPrecision
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "Recorder",
     "clip_grad_norm_",
     "find_units",
+    "full_optimizer_state_dict",
     "full_state_dict",
     "fully_shard",
     "load_full_state_dict",

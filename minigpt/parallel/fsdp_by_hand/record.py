@@ -10,9 +10,12 @@ event. It keeps, per step:
 * ``collectives`` - each all-gather, reduce-scatter and all-reduce with its unit, its sizes and
   the bytes this rank *sends*, counted as a ring sends them (Lab 01): an all-gather or a
   reduce-scatter of a buffer of S bytes on N ranks sends (N-1)/N * S, an all-reduce twice that;
-* ``timeline`` - ``(t, what, unit)`` with ``time.perf_counter()`` seconds since the step began,
-  and, for an asynchronous all-gather, when the waiting thread found it done;
-* ``held`` - after every event, the bytes of parameters and gradients this rank holds, read from
+* ``timeline`` - ``(t, what, unit, held)`` with ``time.perf_counter()`` seconds since the step
+  began, every event (also ``gathered``: when the waiting thread found an all-gather done,
+  and ``gradients ready``: a unit's post-backward begins) and the bytes held at that moment;
+* ``completions`` - when each asynchronous all-gather (a prefetch) finished, seen from the
+  communication thread: between its issue and its completion the training thread computed;
+* ``held`` - at every event, the bytes of parameters and gradients this rank holds, read from
   the tensors' storages themselves (a freed gathered parameter has a storage of 0 bytes), and
   its peak over the step.
 """
@@ -34,8 +37,9 @@ def ring_sent_bytes(kind: str, full_bytes: int, world_size: int) -> int:
 class Step:
     schedule: list[str] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
-    timeline: list[tuple[float, str, str]] = field(default_factory=list)
+    timeline: list[tuple[float, str, str, int]] = field(default_factory=list)  # (t, what, unit, held)
     peak_held: int = 0
+    completions: list[tuple[float, str]] = field(default_factory=list)  # (t, unit): async all-gather done
 
     def bytes_sent(self, kinds: tuple[str, ...] = ("all-gather", "reduce-scatter")) -> int:
         return sum(c["sent_bytes"] for c in self.collectives if c["kind"] in kinds)
@@ -66,9 +70,15 @@ class Recorder:
             return
         if in_schedule:
             step.schedule.append(f"{what} {unit}")
-        step.timeline.append((self.now(), what, unit))
-        if self._census is not None:
-            step.peak_held = max(step.peak_held, self._census())
+        held = self._census() if self._census is not None else 0
+        step.timeline.append((self.now(), what, unit, held))
+        step.peak_held = max(step.peak_held, held)
+
+    def completed(self, unit: str) -> None:
+        """An asynchronous all-gather finished (called on the communication thread)."""
+        step = self.current
+        if step is not None:
+            step.completions.append((self.now(), unit))
 
     def collective(self, kind: str, unit: str, numel: int, element_size: int, world_size: int, is_async: bool) -> None:
         step = self.current

@@ -5,6 +5,7 @@ loads at another world size.
   rank calls it), under the model's usual ``state_dict()`` keys: what evaluation, the tutor and an
   export need. The tied matrix appears under both of its keys, as in one process.
 * :func:`load_full_state_dict` - each rank keeps its rows of a full state dict.
+* :func:`full_optimizer_state_dict` - the optimizer state gathered whole (AdamW's moments).
 * :func:`save_sharded` / :func:`load_sharded` - each rank writes only its shards
   (``shard-<r>-of-<N>.pt``) and rank 0 a ``meta.json`` with every parameter's full shape, into a
   new folder swapped in only when complete (:mod:`minigpt.checkpoints`). Loading at M ranks reads
@@ -106,3 +107,23 @@ def load_sharded(model: nn.Module, path: str | Path, group: dist.ProcessGroup | 
         full = torch.cat([piece[key] for piece in pieces])[: p.rows]
         p.shard.copy_(unit.shard_rows(full.to(p.shard.dtype), unit.rank, unit.world_size))
     return saved_world
+
+
+@torch.no_grad()
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """``optimizer.state_dict()`` with every per-parameter tensor of a shard's shape (AdamW's two
+    moments) gathered whole: what the same optimizer over the unsharded model would hold, ready
+    for its ``load_state_dict`` (every rank calls it). The step counters are copied as they are."""
+    sharded = {id(p.shard): (unit, p) for unit in find_units(model) for p in unit.params}
+    state = optimizer.state_dict()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    full_state = {}
+    for index, per_param in state["state"].items():
+        unit, p = sharded[id(params[index])]
+        full_state[index] = {
+            k: unit.gather_rows(v, p.rows, unit.group).reshape(p.shape).clone()
+            if torch.is_tensor(v) and v.shape == p.shard.shape
+            else (v.clone() if torch.is_tensor(v) else v)
+            for k, v in per_param.items()
+        }
+    return {"state": full_state, "param_groups": state["param_groups"]}

@@ -146,6 +146,8 @@ class FSDPUnit:
         self.record_collective("all-gather", out, async_op)
         self.event("all-gather")
         work = dist.all_gather_into_tensor(out, local, group=self.group, async_op=async_op)
+        if async_op and self.recorder is not None:
+            work.get_future().then(lambda _: self.recorder.completed(self.name))
         self._in_flight = (work, out)
         if not async_op:
             self.wait_unshard()
@@ -156,6 +158,8 @@ class FSDPUnit:
             return
         work, out = self._in_flight
         if work is not None:
+            if not work.is_completed():
+                self.event("waiting", in_schedule=False)  # the prefetch was not done in time
             work.wait()
         self._in_flight = None
         by_rank = out.view(self.world_size, -1)  # row r: rank r's shards, one after another
@@ -223,6 +227,7 @@ class FSDPUnit:
         self._uses -= 1
         if self._uses > 0:
             return  # a unit used twice: its other use has not finished its backward yet
+        self.event("gradients ready", in_schedule=False)
         self.reshard()
         self.reduce_gradients()
 
@@ -261,10 +266,14 @@ class FSDPUnit:
 
     def held_bytes(self) -> int:
         """Bytes of parameters and gradients this rank holds now, every unit of the root counted
-        from the storages themselves (gathered tensors, full gradients, shards and their grads;
-        a storage that several of them view is counted once)."""
+        from the storages themselves (gathered tensors, full gradients, shards and their grads, and
+        the buffer of an all-gather still in flight; a storage that several of them view is counted
+        once)."""
         storages: dict[int, int] = {}
         for unit in self.units:
+            if unit._in_flight is not None:
+                buffer = unit._in_flight[1].untyped_storage()
+                storages[buffer.data_ptr()] = buffer.nbytes()
             for p in unit.params:
                 for t in (p.shard, p.shard.grad, p.full, p.full.grad):
                     if t is not None and t.untyped_storage().nbytes():
