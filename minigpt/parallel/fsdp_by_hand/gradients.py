@@ -47,7 +47,7 @@ def reduce_gradients(unit) -> None:
     buffer = torch.cat(columns, dim=1).reshape(-1)
     out = buffer.new_empty(buffer.numel() // world)
     unit.record_collective("reduce-scatter", buffer, is_async=False)
-    dist.reduce_scatter_tensor(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
+    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     out /= world
     offset = 0
     for p in params:

@@ -42,5 +42,5 @@ def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None 
     every rank must call it), the padding rows dropped."""
     world_size = dist.get_world_size(group)
     full = shard.new_empty((world_size * shard.shape[0], *shard.shape[1:]))
-    dist.all_gather_into_tensor(full, shard.contiguous(), group=group)
+    dist.all_gather_single(full, shard.contiguous(), group=group)
     return full[:rows]

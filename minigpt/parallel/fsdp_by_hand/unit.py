@@ -145,7 +145,7 @@ class FSDPUnit:
         out = local.new_empty(self.world_size * local.numel())
         self.record_collective("all-gather", out, async_op)
         self.event("all-gather")
-        work = dist.all_gather_into_tensor(out, local, group=self.group, async_op=async_op)
+        work = dist.all_gather_single(out, local, group=self.group, async_op=async_op)
         if async_op and self.recorder is not None:
             work.get_future().then(lambda _: self.recorder.completed(self.name))
         self._in_flight = (work, out)

@@ -1,0 +1,372 @@
+"""The tables and the timeline of Lab 04 (our FSDP against one process and FSDP2), in English and
+Spanish, for the lab page: ``lab/results/04-fsdp-cpu{,-4}-{en,es}.txt`` (sections the page
+includes one by one: ``--8<-- "lab/results/04-fsdp-cpu-en.txt:proofs"``) and
+``04-fsdp-cpu-timeline-{en,es}.png``.
+
+    python lab/04_fsdp.py --render lab/results/04-fsdp-cpu.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from minigpt.pages.lang import num, pct, sci, tr
+
+SETTING_NAMES = {
+    "implicit": ("implicit (FSDP2's default)", "implícita (la de FSDP2)"),
+    "forward prefetch 1": ("forward prefetch, 1 unit", "precarga en el forward, 1 unidad"),
+    "backward prefetch 2": ("backward prefetch, 2 units", "precarga en el backward, 2 unidades"),
+    "no reshard after forward": ("no reshard after forward", "sin refragmentar tras el forward"),
+}
+RECIPE_NAMES = {
+    "fp32": ("fp32", "fp32"),
+    "bf16 params, fp32 reduce": ("bf16 compute, fp32 reduce", "cómputo bf16, reducción fp32"),
+    "bf16 params, bf16 reduce": ("bf16 compute, bf16 reduce", "cómputo bf16, reducción bf16"),
+}
+
+
+def _yes(value: bool, lang: str) -> str:
+    return tr(lang, "yes", "sí") if value else "**" + tr(lang, "no", "no") + "**"
+
+
+def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * left + ["---:"] * (len(head) - left)) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def proofs(r: dict, lang: str) -> str:
+    t, n = r["training"], r["world_size"]
+    drift = t["step_drift"]
+    ck = r["checkpoint"]
+    loads = ", ".join(f"{w}: {sci(d, lang)}" for w, d in ck["loaded_at"].items())
+    rows = [
+        [
+            tr(
+                lang,
+                f"step drift against one process, fp32, {t['steps']} AdamW steps",
+                f"deriva por paso frente a un proceso, fp32, {t['steps']} pasos de AdamW",
+            ),
+            f"{sci(drift['max'], lang)} ({tr(lang, 'step', 'paso')} {drift['worst_step']})",
+            "≤ 1e-5",
+            _yes(drift["max"] <= 1e-5, lang),
+        ],
+        [
+            tr(
+                lang,
+                f"step drift against one process, float64, {r['float64']['steps']} steps",
+                f"deriva por paso frente a un proceso, float64, {r['float64']['steps']} pasos",
+            ),
+            sci(r["float64"]["step_drift"]["max"], lang),
+            "≤ 1e-12",
+            _yes(r["float64"]["step_drift"]["max"] <= 1e-12, lang),
+        ],
+        [
+            tr(
+                lang,
+                f"the {n} ranks' gathered weights bit-identical after every step",
+                f"los pesos reunidos de los {n} ranks idénticos bit a bit tras cada paso",
+            ),
+            _yes(r["ranks_bit_identical"], lang),
+            tr(lang, "yes", "sí"),
+            _yes(r["ranks_bit_identical"], lang),
+        ],
+        [
+            tr(
+                lang,
+                "bytes sent per rank per step: ours, Lab 02's model, FSDP2",
+                "bytes enviados por rank y paso: el nuestro, el modelo del laboratorio 02, FSDP2",
+            ),
+            f"{num(r['bytes_per_rank_per_step'], lang)}, {num(r['bytes_model'], lang)}, {num(r['bytes_fsdp2'], lang)}",
+            tr(lang, "equal", "iguales"),
+            _yes(r["bytes_per_rank_per_step"] == r["bytes_model"] == r["bytes_fsdp2"], lang),
+        ],
+        [
+            tr(
+                lang,
+                "order of all-gathers, computations and reduce-scatters = FSDP2's, 4 settings",
+                "orden de all-gathers, cómputos y reduce-scatters = el de FSDP2, 4 ajustes",
+            ),
+            _yes(r["event_order_matches_fsdp2"], lang),
+            tr(lang, "yes", "sí"),
+            _yes(r["event_order_matches_fsdp2"], lang),
+        ],
+        [
+            tr(
+                lang,
+                "peak of weights and gradients held = the model, 4 settings",
+                "pico de pesos y gradientes retenidos = el modelo, 4 ajustes",
+            ),
+            _yes(r["memory_matches_model"], lang),
+            tr(lang, "yes", "sí"),
+            _yes(r["memory_matches_model"], lang),
+        ],
+        [
+            tr(
+                lang,
+                f"without clipping, weights bit-identical to FSDP2's ({r['without_clipping']['steps']} steps, 3 recipes)",
+                f"sin recorte, pesos idénticos bit a bit a los de FSDP2 ({r['without_clipping']['steps']} pasos, 3 recetas)",
+            ),
+            _yes(r["without_clipping"]["bit_identical"], lang),
+            tr(lang, "yes", "sí"),
+            _yes(r["without_clipping"]["bit_identical"], lang),
+        ],
+        [
+            tr(
+                lang,
+                "with clipping, largest weight difference from FSDP2",
+                "con recorte, mayor diferencia de pesos con FSDP2",
+            ),
+            sci(t["max_difference_from_fsdp2"], lang),
+            tr(lang, "(measured)", "(medida)"),
+            "",
+        ],
+        [
+            tr(
+                lang,
+                f"checkpoint saved on {ck['saved_at']} ranks, loaded on 1 and {n}: max logit difference",
+                f"checkpoint guardado en {ck['saved_at']} ranks, cargado en 1 y en {n}: máx. diferencia de logits",
+            ),
+            loads,
+            "0",
+            _yes(all(d == 0 for d in ck["loaded_at"].values()), lang),
+        ],
+        [
+            tr(
+                lang,
+                "tutor accuracy after training (held-out test sentences)",
+                "precisión del tutor tras entrenar (frases de prueba no vistas)",
+            ),
+            f"{pct(t['tutor_accuracy'], lang)} ({num(t['tutor_correct'], lang)}/{num(t['tutor_total'], lang)})",
+            "",
+            "",
+        ],
+    ]
+    head = [
+        tr(lang, "what is checked", "qué se comprueba"),
+        tr(lang, "measured", "medido"),
+        tr(lang, "bound", "cota"),
+        tr(lang, "holds", "se cumple"),
+    ]
+    return _table(head, rows, left=1)
+
+
+def _gathers(schedule: list[str]) -> str:
+    """ "R 0 1 2 3 | 3 2 1 0": the units all-gathered, forward | backward."""
+    names, backward = [], False
+    for item in schedule:
+        what, unit = item.split(" ", 1)
+        if what == "backward" and not backward:
+            backward = True
+        if what == "all-gather":
+            names.append(
+                ("|" if backward and "|" not in names else "") + ("R" if unit == "root" else unit.split(".")[-1])
+            )
+    out = []
+    for name in names:
+        if name.startswith("|"):
+            out.append("\\|")
+            name = name[1:]
+        out.append(name)
+    return " ".join(out)
+
+
+def orders(r: dict, lang: str) -> str:
+    rows = []
+    for setting, o in r["orders"].items():
+        en, es = SETTING_NAMES[setting]
+        m = o["memory_model"]
+        rows.append(
+            [
+                tr(lang, en, es),
+                f"`{o['fsdp2_variant']}`",
+                _gathers(o["schedule"]),
+                _yes(o["matches_fsdp2"], lang),
+                num(o["bytes_sent"], lang),
+                num(o["peak_held"], lang),
+                num(m["peak"], lang),
+                tr(
+                    lang,
+                    m["where"],
+                    m["where"]
+                    .replace("backward of block", "backward del bloque")
+                    .replace("forward", "forward")
+                    .replace("end", "final"),
+                ),
+            ]
+        )
+    head = [
+        tr(lang, "our setting", "nuestro ajuste"),
+        tr(lang, "FSDP2 run (Lab 03)", "ejecución de FSDP2 (lab. 03)"),
+        tr(lang, "all-gathers, forward \\| backward", "all-gathers, forward \\| backward"),
+        tr(lang, "order = FSDP2's", "orden = el de FSDP2"),
+        tr(lang, "bytes per step", "bytes por paso"),
+        tr(lang, "peak held (bytes)", "pico retenido (bytes)"),
+        tr(lang, "model", "modelo"),
+        tr(lang, "where", "dónde"),
+    ]
+    return _table(head, rows, left=4)
+
+
+def precision(r: dict, lang: str) -> str:
+    rows = []
+    mp, nc = r["mixed_precision"], r["without_clipping"]
+    for name, m in mp["recipes"].items():
+        en, es = RECIPE_NAMES[name]
+        rows.append(
+            [
+                tr(lang, en, es),
+                num(m["bytes_sent"], lang),
+                num(m["bytes_model"], lang),
+                sci(m["weight_drift"], lang),
+                sci(m["fsdp2_weight_drift"], lang),
+                sci(m["max_difference_from_fsdp2"], lang),
+                _yes(nc["recipes"][name]["bit_identical"], lang),
+            ]
+        )
+    head = [
+        tr(lang, "recipe", "receta"),
+        tr(lang, "bytes per step", "bytes por paso"),
+        tr(lang, "model", "modelo"),
+        tr(
+            lang,
+            f"logit drift from fp32 one process, {mp['steps']} steps: ours",
+            f"deriva de logits frente a un proceso fp32, {mp['steps']} pasos: el nuestro",
+        ),
+        "FSDP2",
+        tr(lang, "ours − FSDP2, weights (clipping on)", "el nuestro − FSDP2, pesos (con recorte)"),
+        tr(lang, "bit-identical to FSDP2 without clipping", "idéntico bit a bit a FSDP2 sin recorte"),
+    ]
+    return _table(head, rows, left=1)
+
+
+def overlap(step: dict) -> dict:
+    """From a step's timeline: each asynchronous all-gather's issue, completion and whether the
+    training thread had to wait for it; the seconds hidden behind computation."""
+    issued: dict[str, list[float]] = {}
+    for t, what, unit, _ in step["timeline"]:
+        if what == "all-gather":
+            issued.setdefault(unit, []).append(t)
+    waited = {unit for _, what, unit, _ in step["timeline"] if what == "waiting"}
+    hidden, items = 0.0, []
+    for t_done, unit in step["completions"]:
+        starts = [t for t in issued.get(unit, []) if t <= t_done]
+        if not starts:
+            continue
+        start = max(starts)
+        items.append({"unit": unit, "issued": start, "done": t_done, "waited": unit in waited})
+        hidden += t_done - start
+    return {"prefetches": items, "hidden_s": hidden}
+
+
+def speed(r: dict, lang: str) -> str:
+    s = r["speed"]
+    ov = overlap(r["training"]["last_step"])
+    rows = [
+        [
+            tr(lang, "seconds per step (median of rounds)", "segundos por paso (mediana de las rondas)"),
+            num(s["median"]["ours"], lang, 4),
+            num(s["median"]["fsdp2"], lang, 4),
+            num(s["ratio"], lang, 2) + "×",
+        ],
+        [
+            tr(
+                lang,
+                "prefetched all-gathers in the last step / the ones waited for",
+                "all-gathers precargados en el último paso / los que hubo que esperar",
+            ),
+            f"{len(ov['prefetches'])} / {sum(p['waited'] for p in ov['prefetches'])}",
+            "",
+            "",
+        ],
+    ]
+    head = [
+        "",
+        tr(lang, "ours", "el nuestro"),
+        "FSDP2",
+        tr(lang, "ours / FSDP2", "el nuestro / FSDP2"),
+    ]
+    note = tr(
+        lang,
+        f"{s['rounds']} interleaved rounds of {s['steps_per_round']} steps each, the order alternating.\n",
+        f"{s['rounds']} rondas intercaladas de {s['steps_per_round']} pasos cada una, alternando el orden.\n",
+    )
+    return _table(head, rows) + "\n" + note
+
+
+SECTIONS = {"proofs": proofs, "orders": orders, "precision": precision, "speed": speed}
+
+
+def fragment(report: dict, lang: str) -> str:
+    return "".join(
+        f"<!-- --8<-- [start:{name}] -->\n{table(report, lang)}<!-- --8<-- [end:{name}] -->\n"
+        for name, table in SECTIONS.items()
+        if name != "speed" or "speed" in report
+    )
+
+
+def draw_timeline(report: dict, lang: str, path: Path) -> None:
+    """Rank 0's last training step: computation lane (each block's forward and backward) and
+    communication lane (each all-gather from issue to completion, each reduce-scatter)."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    step = report["training"]["last_step"]
+    events = step["timeline"]
+    end = max(t for t, *_ in events)
+    fig = Figure(figsize=(10, 3.2))
+    ax = fig.add_subplot()
+    starts = [(t, what, unit) for t, what, unit, _ in events if what in ("forward", "backward")]
+    for t, what, unit in starts:
+        stop = next((u for u, w, _, _ in events if u > t and w in ("free", "gradients ready")), end)
+        color = "#4C72B0" if what == "forward" else "#DD8452"
+        ax.broken_barh([(t * 1e3, (stop - t) * 1e3)], (1.1, 0.8), color=color)
+        ax.text((t + stop) / 2 * 1e3, 1.5, unit.split(".")[-1], ha="center", va="center", fontsize=7, color="white")
+    done_at = {}
+    for t, unit in step["completions"]:
+        done_at.setdefault(unit, []).append(t)
+    for t, what, unit, _ in events:
+        if what == "all-gather":
+            finished = [d for d in done_at.get(unit, []) if d >= t]
+            gathered = next((u for u, w, n, _ in events if u >= t and w == "gathered" and n == unit), t)
+            stop = min(finished) if finished else gathered
+            ax.broken_barh([(t * 1e3, max(stop - t, end * 0.002) * 1e3)], (0.1, 0.8), color="#55A868", alpha=0.8)
+        if what == "reduce-scatter":
+            ax.broken_barh([(t * 1e3, end * 0.004 * 1e3)], (0.1, 0.8), color="#C44E52")
+    ax.set_yticks([0.5, 1.5], [tr(lang, "communication", "comunicación"), tr(lang, "computation", "cómputo")])
+    ax.set_xlabel(
+        tr(lang, "milliseconds since the step began (rank 0)", "milisegundos desde el inicio del paso (rank 0)")
+    )
+    ax.set_xlim(0, end * 1e3 * 1.01)
+    ax.legend(
+        handles=[
+            Patch(color="#4C72B0", label=tr(lang, "forward of a block", "forward de un bloque")),
+            Patch(color="#DD8452", label=tr(lang, "backward of a block", "backward de un bloque")),
+            Patch(
+                color="#55A868", label=tr(lang, "all-gather, issue to completion", "all-gather, de la emisión al final")
+            ),
+            Patch(color="#C44E52", label=tr(lang, "reduce-scatter", "reduce-scatter")),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.28),
+        ncol=4,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+
+
+def render(json_path: str | Path) -> list[Path]:
+    """``X.json`` -> ``X-en.txt``, ``X-es.txt`` (the sections) and ``X-timeline-<lang>.png``."""
+    json_path = Path(json_path)
+    report = json.loads(json_path.read_text())
+    written = []
+    for lang in ("en", "es"):
+        text = json_path.with_name(f"{json_path.stem}-{lang}.txt")
+        text.write_text(fragment(report, lang))
+        figure = json_path.with_name(f"{json_path.stem}-timeline-{lang}.png")
+        draw_timeline(report, lang, figure)
+        written += [text, figure]
+    return written
