@@ -370,3 +370,105 @@ def render(json_path: str | Path) -> list[Path]:
         draw_timeline(report, lang, figure)
         written += [text, figure]
     return written
+
+
+# ----------------------------------------------------------------------------------------------
+# Our FSDP beside FSDP2's real code, located in the installed torch when the table is written
+
+FSDP2 = "torch.distributed.fsdp._fully_shard."
+SIDE_BY_SIDE = (
+    (
+        ("a parameter cut into padded row shards", "un parámetro cortado en fragmentos de filas con relleno"),
+        "sharding:shard_rows",
+        "_fsdp_param:FSDPParam._init_sharded_param",
+    ),
+    (
+        ("which parameters a unit owns", "qué parámetros posee una unidad"),
+        "ownership:unit_parameters",
+        "_fsdp_init:_get_managed_states",
+    ),
+    (
+        (
+            "the gathered parameter, its storage freed and refilled",
+            "el parámetro reunido, su almacenamiento liberado y rellenado",
+        ),
+        "unit:FSDPUnit.wait_unshard",
+        "_fsdp_param:FSDPParam.init_unsharded_param",
+    ),
+    (
+        ("one all-gather for the whole unit", "un all-gather para toda la unidad"),
+        "unit:FSDPUnit.unshard",
+        "_fsdp_collectives:foreach_all_gather",
+    ),
+    (("freeing the unit", "liberar la unidad"), "unit:FSDPUnit.reshard", "_fsdp_param_group:FSDPParamGroup.reshard"),
+    (("pre-forward", "pre-forward"), "unit:FSDPUnit.pre_forward", "_fsdp_state:FSDPState._pre_forward"),
+    (("post-forward", "post-forward"), "unit:FSDPUnit.post_forward", "_fsdp_state:FSDPState._post_forward"),
+    (
+        ("pre-backward: a hook on the outputs", "pre-backward: un hook en las salidas"),
+        "unit:FSDPUnit.pre_backward",
+        "_fsdp_state:FSDPState._register_pre_backward_hook",
+    ),
+    (
+        ("post-backward: an identity on the inputs", "post-backward: una identidad en las entradas"),
+        "unit:_PostBackward",
+        "_fsdp_param_group:RegisterPostBackwardFunction",
+    ),
+    (
+        ("the reduce-scatter of a unit's gradients", "el reduce-scatter de los gradientes de una unidad"),
+        "gradients:reduce_gradients",
+        "_fsdp_collectives:foreach_reduce",
+    ),
+    (
+        ("the end of backward, at the root", "el final del backward, en la raíz"),
+        "unit:FSDPUnit._finish_backward",
+        "_fsdp_state:FSDPState._root_post_backward_final_callback",
+    ),
+    (
+        ("prefetching the next unit", "precargar la unidad siguiente"),
+        "prefetch:backward_prefetch_targets",
+        "_fsdp_param_group:FSDPParamGroup._prefetch_unshard",
+    ),
+    (
+        ("explicit prefetch lists", "listas de precarga explícitas"),
+        "api:set_modules_to_backward_prefetch",
+        "_fully_shard:FSDPModule.set_modules_to_backward_prefetch",
+    ),
+)
+
+
+def _locate(module: str, qualname: str) -> tuple[str, int]:
+    import importlib
+    import inspect
+
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    obj = inspect.unwrap(obj)  # past decorators (no_grad, FSDP2's debug wrappers) to the function itself
+    path = Path(inspect.getsourcefile(obj)).resolve()
+    return path.as_posix(), inspect.getsourcelines(obj)[1]
+
+
+def side_by_side(lang: str) -> str:
+    """Each piece of our FSDP, and where the installed FSDP2 does the same (file and line)."""
+    import torch
+
+    torch_dir = Path(torch.__file__).resolve().parent.parent.as_posix() + "/"
+    root = Path(__file__).resolve().parent.parent.parent.as_posix() + "/"
+    rows = []
+    for (en, es), mine, theirs in SIDE_BY_SIDE:
+        m_mod, m_name = mine.split(":")
+        t_mod, t_name = theirs.split(":")
+        m_path, m_line = _locate(f"minigpt.parallel.fsdp_by_hand.{m_mod}", m_name)
+        t_path, t_line = _locate(FSDP2 + t_mod, t_name)
+        rows.append(
+            [
+                tr(lang, en, es),
+                f"`{m_name}` ({m_path.removeprefix(root)}:{m_line})",
+                f"`{t_name}` ({t_path.removeprefix(torch_dir)}:{t_line})",
+            ]
+        )
+    head = [tr(lang, "what", "qué"), tr(lang, "ours", "el nuestro"), f"FSDP2 (torch {torch.__version__.split('+')[0]})"]
+    return _table(head, rows, left=3)
+
+
+TABLES = {"fsdp-side-by-side": side_by_side}

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.pages import figures, inline, lab02, lab03_reading, theory
+from minigpt.pages import figures, inline, lab02, lab03_reading, lab04, theory
 from minigpt.pages.lang import LANGS
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -45,6 +45,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "checkpoint-sizes": theory.checkpoint_sizes,
     "grad-norm-shards": theory.grad_norm_shards,
     **lab02.TABLES,  # Lab 02's page
+    **lab04.TABLES,  # Lab 04's page
 }
 
 # Page fragments that are not tables, written beside them (build/tables/<name>-<lang>.md).

@@ -222,13 +222,15 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         t0 = time.perf_counter()
         loss = train_step(model, optimizer, step, cfg, ctx.rank, ctx.world_size)
         seconds += time.perf_counter() - t0
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(total)
         losses.append(float(total) / ctx.world_size)
         after = ours.full_state_dict(model)
         watch.after_step(step, losses[-1], after.items())
         if check:
-            value = torch.tensor([twin.drift(step, before, after) if twin else 0.0], dtype=torch.float64)
+            value = torch.tensor(
+                [twin.drift(step, before, after) if twin else 0.0], dtype=torch.float64, device=ctx.device
+            )
             dist.all_reduce(value, op=dist.ReduceOp.MAX)
             drift.add(float(value))
             digests = [None] * ctx.world_size
@@ -303,8 +305,11 @@ def without_clipping(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> d
 
 
 def traced_fsdp2_step(model, tracer, optimizer, step: int, cfg: TrainConfig, ctx: launch.DistContext) -> None:
-    x, y, mask = grammar.get_batch(
-        "train", step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+    x, y, mask = (
+        t.to(ctx.device)
+        for t in grammar.get_batch(
+            "train", step, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+        )
     )
     with tracer, tracer.step(step):
         _, loss = model(x, y, mask)
@@ -381,14 +386,14 @@ def mixed_precision(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> di
 
 def checkpoint(cfg: TrainConfig, ctx: launch.DistContext, folder: Path) -> dict:
     """Train 3 steps on 2 ranks, save sharded; load on 1 rank and on every rank: the logits."""
-    probe = equivalence.probe_batch(block_size=cfg.block_size)
+    probe = equivalence.probe_batch(block_size=cfg.block_size).to(ctx.device)
     pair = dist.new_group([0, 1])
     alone = dist.new_group([0])
     out: dict = {"saved_at": 2, "loaded_at": {}}
     path = folder / "lab04-sharded"
     saved_logits = None
     if ctx.rank < 2:
-        model = shard_ours(build_model(cfg), group=pair)
+        model = shard_ours(build_model(cfg).to(ctx.device), group=pair)
         optimizer = optimizer_of(model, cfg)
         for step in range(3):
             train_step(model, optimizer, step, cfg, ctx.rank, 2)
@@ -400,7 +405,7 @@ def checkpoint(cfg: TrainConfig, ctx: launch.DistContext, folder: Path) -> dict:
     for world, group in loads:
         if world == 1 and ctx.rank != 0:
             continue
-        model = shard_ours(build_model(replace(cfg, seed=cfg.seed + 1)), group=group)  # other weights first
+        model = shard_ours(build_model(replace(cfg, seed=cfg.seed + 1)).to(ctx.device), group=group)  # other weights
         ours.load_sharded(model, path, group)
         with torch.no_grad():
             logits = model(probe)[0]

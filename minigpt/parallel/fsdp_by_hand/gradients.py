@@ -87,7 +87,8 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
             continue
         p, unit = sharded[id(shard)]
         norms.append(torch.linalg.vector_norm(real_rows(shard.grad, p.rows, unit.rank, unit.world_size)))
-    part = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
+    device = next(model.parameters()).device
+    part = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=device)
     squares = part.pow(2)
     if units:
         units[0].record_collective("all-reduce", squares.reshape(1), is_async=False)
