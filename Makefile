@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03
+.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03 results-04
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -20,7 +20,7 @@ help:
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
-	@echo "             benchmark alone takes about 18 min); results-01, results-02, results-03 one lab."
+	@echo "             benchmark alone takes about 18 min); results-01 ... results-04 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -87,9 +87,10 @@ clean:
 # A run re-renders its tables and figures beside its JSON. Afterwards update the pages' machine and
 # date, and run the page tests: the numbers the pages quote must still be the measured ones.
 TORCHRUN := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2
+TORCHRUN4 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=4
 RESULTS  := lab/results
 
-results: results-01 results-02 results-03
+results: results-01 results-02 results-03 results-04
 
 results-01: $(STAMP)
 	$(TORCHRUN) lab/01_ddp.py --check --report $(RESULTS)/01-check-adamw-cpu.json
@@ -110,3 +111,9 @@ results-03: $(STAMP)
 	$(PY) lab/03_fsdp_prefetch.py --render $(RESULTS)/03-prefetch-cpu.json
 	$(TORCHRUN) lab/03_fsdp_practice.py --steps 20 --report $(RESULTS)/03-practice-cpu.json
 	$(PY) lab/03_fsdp_practice.py --render $(RESULTS)/03-practice-cpu.json
+
+results-04: $(STAMP)
+	$(TORCHRUN) lab/04_fsdp.py --check --quiet --report $(RESULTS)/04-fsdp-cpu.json
+	$(PY) lab/04_fsdp.py --render $(RESULTS)/04-fsdp-cpu.json
+	$(TORCHRUN4) lab/04_fsdp.py --check --quiet --report $(RESULTS)/04-fsdp-cpu-4.json
+	$(PY) lab/04_fsdp.py --render $(RESULTS)/04-fsdp-cpu-4.json

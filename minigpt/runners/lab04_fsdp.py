@@ -304,6 +304,36 @@ def without_clipping(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> d
     return {"steps": steps, "recipes": out, "bit_identical": all(r["bit_identical"] for r in out.values())}
 
 
+def norm_orders(cfg: TrainConfig, ctx: launch.DistContext) -> dict:
+    """The gradient norm of the first step three ways: ours (each rank's norm of its shards' norms,
+    one all-reduce of its square); FSDP2's (``clip_grad_norm_``'s own ``get_total_norm`` on the
+    sharded gradients); and that same number recomputed by hand in the other order (each
+    parameter's whole norm across the ranks first, then the norm of those)."""
+    model = shard_ours(build_model(cfg).to(ctx.device))
+    fsdp2, _ = fsdp2_model(cfg, ctx)
+    x, y, mask = (
+        t.to(ctx.device)
+        for t in grammar.get_batch(
+            "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+        )
+    )
+    model(x, y, mask)[1].backward()
+    fsdp2(x, y, mask)[1].backward()
+    mine = ours.find_units(model)[0].global_grad_norm(model)
+    theirs = torch.nn.utils.get_total_norm([p.grad for p in fsdp2.parameters()]).full_tensor()
+    local = torch.stack([torch.linalg.vector_norm(p.grad.to_local()) for p in fsdp2.parameters()])
+    per_parameter = local.pow(2)
+    dist.all_reduce(per_parameter)
+    by_hand = torch.linalg.vector_norm(per_parameter.pow(0.5))
+    return {
+        "ours": float(mine),
+        "fsdp2": float(theirs),
+        "fsdp2_order_by_hand": float(by_hand),
+        "fsdp2_order_reproduced": bool(by_hand == theirs),
+        "parameters": len(local),
+    }
+
+
 def traced_fsdp2_step(model, tracer, optimizer, step: int, cfg: TrainConfig, ctx: launch.DistContext) -> None:
     x, y, mask = (
         t.to(ctx.device)
@@ -510,6 +540,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         f64 = train(replace(cfg, dtype="float64", steps=max(1, args.float64_steps)), args, ctx, True)
         report["float64"] = {"steps": f64["steps"], "step_drift": f64["step_drift"]}
         report["without_clipping"] = without_clipping(cfg, ctx, args.short_steps)
+        report["norms"] = norm_orders(cfg, ctx)
         report["orders"] = orders(cfg, ctx)
         report["mixed_precision"] = mixed_precision(cfg, ctx, args.short_steps)
         with tempfile.TemporaryDirectory() as tmp:
