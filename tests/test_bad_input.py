@@ -41,6 +41,7 @@ CROSS = "minigpt.runners.lab02_crosscheck"
 READING = "minigpt.runners.lab03_fsdp_reading"
 PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
+FSDP4 = "minigpt.runners.lab04_fsdp"
 PAGES = "minigpt.pages.site"
 GRADER = "minigpt.grader"
 
@@ -138,6 +139,17 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (PRACTICE, ["--batch-size", "0"], ["--batch-size 0"]),
     (PRACTICE, ["--only", "wrap,nope"], ["--only", "nope"]),
     (PRACTICE, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    # Lab 04
+    (FSDP4, ["--seed", "-1"], ["--seed -1"]),
+    (FSDP4, ["--timeout", "inf"], ["--timeout inf", "seconds"]),
+    (FSDP4, ["--steps", "0"], ["--steps 0", "positive integer"]),
+    (FSDP4, ["--rounds", "-1"], ["--rounds -1", "negative"]),
+    (FSDP4, ["--float64-steps", "x"], ["--float64-steps x", "not an integer"]),
+    (FSDP4, ["--impl", "mine"], ["--impl mine", "reference, exercises"]),
+    (FSDP4, ["--check"], ["--check", "2 ranks"]),
+    (FSDP4, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (FSDP4, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (FSDP4, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables

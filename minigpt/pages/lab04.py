@@ -295,7 +295,42 @@ def speed(r: dict, lang: str) -> str:
     return _table(head, rows) + "\n" + note
 
 
-SECTIONS = {"proofs": proofs, "orders": orders, "precision": precision, "speed": speed}
+def norms(r: dict, lang: str) -> str:
+    n = r["norms"]
+    rows = [
+        [
+            tr(
+                lang,
+                "ours: each rank's norm of its shards' norms, one all-reduce",
+                "el nuestro: la norma de las normas de los fragmentos de cada rank, un all-reduce",
+            ),
+            repr(n["ours"]),
+        ],
+        [
+            tr(
+                lang,
+                "FSDP2: `clip_grad_norm_` on its sharded gradients",
+                "FSDP2: `clip_grad_norm_` sobre sus gradientes fragmentados",
+            ),
+            repr(n["fsdp2"]),
+        ],
+        [
+            tr(
+                lang,
+                f"by hand: each of the {n['parameters']} parameters' whole norm first, then the norm of those",
+                f"a mano: primero la norma entera de cada uno de los {n['parameters']} parámetros, después la norma de esas",
+            ),
+            repr(n["fsdp2_order_by_hand"]) + (" (= FSDP2)" if n["fsdp2_order_reproduced"] else ""),
+        ],
+    ]
+    head = [
+        tr(lang, "the gradient norm of the first step", "la norma del gradiente del primer paso"),
+        tr(lang, "value (float32)", "valor (float32)"),
+    ]
+    return _table(head, rows, left=1)
+
+
+SECTIONS = {"proofs": proofs, "norms": norms, "orders": orders, "precision": precision, "speed": speed}
 
 
 def fragment(report: dict, lang: str) -> str:

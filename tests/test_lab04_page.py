@@ -1,0 +1,74 @@
+"""The Lab 04 guide shows measured tables and states a few numbers; each is tied here to the
+committed measurements (lab/results/04-fsdp-cpu.json on 2 ranks and 04-fsdp-cpu-4.json on 4, written
+by ``make results-04``) or to the code that computes them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minigpt.pages import lab04
+from minigpt.pages.lang import num
+from minigpt.runners.lab04_fsdp import memory_model, model_bytes
+from minigpt.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "lab" / "results"
+REPORTS = {2: "04-fsdp-cpu.json", 4: "04-fsdp-cpu-4.json"}
+PAGES = {"en": ROOT / "lab" / "04-fsdp-from-scratch.md", "es": ROOT / "lab" / "04-fsdp-from-scratch.es.md"}
+
+
+def report(world: int) -> dict:
+    return json.loads((RESULTS / REPORTS[world]).read_text())
+
+
+@pytest.mark.parametrize("world", REPORTS)
+def test_the_committed_runs_pass_every_proof(world):
+    r = report(world)
+    assert r["world_size"] == world and r["training"]["steps"] == TrainConfig().steps
+    assert r["passed"] is True
+    assert r["max_step_drift"] <= 1e-5 and r["float64"]["step_drift"]["max"] <= 1e-12
+    assert r["ranks_bit_identical"] and r["event_order_matches_fsdp2"] and r["memory_matches_model"]
+    assert r["bytes_per_rank_per_step"] == r["bytes_model"] == r["bytes_fsdp2"]
+    assert r["without_clipping"]["bit_identical"]
+    assert set(r["checkpoint"]["loaded_at"]) == {"1", str(world)}
+    assert all(d == 0.0 for d in r["checkpoint"]["loaded_at"].values())
+    assert r["norms"]["fsdp2_order_reproduced"]
+
+
+@pytest.mark.parametrize("world", REPORTS)
+def test_the_models_in_the_reports_are_the_code_s(world):
+    """The byte and memory models the runs were held to are what the code computes today, and
+    the byte model is Lab 02's (its committed FSDP2 prediction at 2 ranks)."""
+    r = report(world)
+    assert r["bytes_model"] == model_bytes(TrainConfig(), world)
+    for setting, o in r["orders"].items():
+        assert o["memory_model"] == memory_model(TrainConfig(), world, setting), setting
+    if world == 2:
+        lab02 = json.loads((RESULTS / "02-crosscheck-cpu.json").read_text())
+        assert r["bytes_model"] == lab02["variants"]["fsdp2"]["prediction"]["bytes"] == 2_922_240
+
+
+@pytest.mark.parametrize("world", REPORTS)
+def test_the_fragments_are_the_reports_rendered(tmp_path, world):
+    copy = tmp_path / REPORTS[world]
+    shutil.copy(RESULTS / REPORTS[world], copy)
+    lab04.render(copy)
+    for lang in ("en", "es"):
+        name = f"{copy.stem}-{lang}.txt"
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"re-render {REPORTS[world]}"
+    assert (RESULTS / f"{copy.stem}-timeline-en.png").is_file() and (RESULTS / f"{copy.stem}-timeline-es.png").is_file()
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_numbers_the_prose_states(lang):
+    text = PAGES[lang].read_text(encoding="utf-8")
+    r = report(2)
+    last = r["training"]["last_step"]
+    assert num(r["bytes_per_rank_per_step"], lang) in text
+    assert last["bytes_by_kind"]["all-reduce"] == 4 and "4 bytes" in text  # clipping's one all-reduce
+    steps = r["training"]["steps"]
+    assert (f"{steps} AdamW steps" if lang == "en" else f"{steps} pasos de AdamW") in text
