@@ -64,6 +64,12 @@ REFERENCE: dict[str, dict[str, str]] = {
         "units_of_policy": "minigpt.fsdp.practice:units_of_policy",
     },
     "lab04_fsdp": {
+        "shard_rows": "minigpt.parallel.fsdp_by_hand.sharding:shard_rows",
+        "gather_rows": "minigpt.parallel.fsdp_by_hand.sharding:gather_rows",
+        "unit_parameters": "minigpt.parallel.fsdp_by_hand.ownership:unit_parameters",
+        "reduce_gradients": "minigpt.parallel.fsdp_by_hand.gradients:reduce_gradients",
+        "global_grad_norm": "minigpt.parallel.fsdp_by_hand.gradients:global_grad_norm",
+        "backward_prefetch_targets": "minigpt.parallel.fsdp_by_hand.prefetch:backward_prefetch_targets",
         "FSDPUnit": "minigpt.parallel.fsdp_by_hand.unit:FSDPUnit",
     },
 }
@@ -88,6 +94,17 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "3.1": ("lab03_fsdp", ("predict_event_order",)),
     "3.2": ("lab03_fsdp", ("local_norm_term", "global_grad_norm_from_shards")),
     "3.3": ("lab03_fsdp", ("units_of_policy",)),
+    "4.1": ("lab04_fsdp", ("shard_rows", "gather_rows", "FSDPUnit.shard_rows", "FSDPUnit.gather_rows")),
+    "4.2": ("lab04_fsdp", ("unit_parameters", "FSDPUnit.unit_parameters")),
+    "4.3": (
+        "lab04_fsdp",
+        ("FSDPUnit.pre_forward", "FSDPUnit.post_forward", "FSDPUnit.pre_backward", "FSDPUnit.post_backward"),
+    ),
+    "4.4": (
+        "lab04_fsdp",
+        ("reduce_gradients", "global_grad_norm", "FSDPUnit.reduce_gradients", "FSDPUnit.global_grad_norm"),
+    ),
+    "4.5": ("lab04_fsdp", ("backward_prefetch_targets", "FSDPUnit.backward_prefetch_targets")),
 }
 
 

@@ -33,7 +33,7 @@ from tests import limits
 from tests.limits import limit
 from tests.words import say
 
-pytest_plugins = ["tests.ranks"]  # the Lab 01 and Lab 02 launches (fixtures ranks, zero1)
+pytest_plugins = ["tests.ranks"]  # the Lab 01, 02 and 04 launches (fixtures ranks, zero1, fsdp_scratch)
 
 LAB_TITLES = {lab: titles["en"] for lab, titles in grader.catalog()["labs"].items()}  # minigpt/exercises.toml
 
@@ -219,6 +219,13 @@ def lab03(impl_name: str) -> _Exercises:
     """Lab 03's functions (predict_event_order, local_norm_term, global_grad_norm_from_shards,
     units_of_policy) under test."""
     return _Exercises("lab03_fsdp", impl_name)
+
+
+@pytest.fixture
+def lab04(impl_name: str) -> _Exercises:
+    """Lab 04's functions (shard_rows, gather_rows, unit_parameters, reduce_gradients,
+    global_grad_norm, backward_prefetch_targets, FSDPUnit) under test."""
+    return _Exercises("lab04_fsdp", impl_name)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

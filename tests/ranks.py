@@ -1,4 +1,4 @@
-"""The multi-process launches that the graded tests of Labs 01 and 02 read, one per session each
+"""The multi-process launches that the graded tests of Labs 01, 02 and 04 read, one per session each
 (importing torch is the slow part of a rank), registered as fixtures by ``conftest.py``.
 
 A launch runs only the scenarios the collected tests need: each scenario of a worker carries the
@@ -72,6 +72,12 @@ def ranks(request: pytest.FixtureRequest) -> Launch:
 def zero1(request: pytest.FixtureRequest) -> Launch:
     """Lab 02's ZeRO-1 launch (tests/zero1_worker.py), on 3 ranks."""
     return launch(request, "zero1_worker", 3, wanted(request.session, "zero1"), limit(180))
+
+
+@pytest.fixture(scope="session")
+def fsdp_scratch(request: pytest.FixtureRequest) -> Launch:
+    """Lab 04's launch (tests/fsdp_scratch_worker.py), on 2 ranks."""
+    return launch(request, "fsdp_scratch_worker", 2, wanted(request.session, "fsdp_scratch"), limit(120))
 
 
 # the rank's last error -> the usual cause, in both languages

@@ -25,7 +25,13 @@ from minigpt import grader, impl
 from tests.limits import HINT, limit
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = {"00": "MiniGPT and the baseline", "01": "DDP from scratch", "02": "ZeRO simulator", "03": "FSDP prefetch"}
+LABS = {
+    "00": "MiniGPT and the baseline",
+    "01": "DDP from scratch",
+    "02": "ZeRO simulator",
+    "03": "FSDP prefetch",
+    "04": "FSDP from scratch",
+}
 PITFALLS = ROOT / "tests" / "pitfalls"
 
 
@@ -155,9 +161,14 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     gradient; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
     gradients, HSDP replicas that all-reduce the whole gradient, and a ZeRO-1 step that moves
     parameters no rank gave a gradient; for Lab 03 BACKWARD_POST taken for BACKWARD_PRE, the
-    largest local norm taken for the global one, and the tied output layer made a unit. Each
+    largest local norm taken for the global one, and the tied output layer made a unit; for Lab 04 a
+    tied weight owned twice, a unit not gathered again for backward (its backward crashes on 0-byte
+    storage: a lost test, not a hang), the reduce-scatter's sum not divided by the world size, the
+    local norm taken for the global one, and the prefetch of the unit whose backward just ran. Each
     mistake costs exactly the tests written to catch it, and the lab's end-to-end test when it
-    changes what training computes (Lab 01's four mistakes leave a 2-rank MiniGPT run right)."""
+    changes what training computes (Lab 01's four mistakes leave a 2-rank MiniGPT run right; Lab
+    04's wrong prefetch computes the same weights but gathers a freed unit again, and the
+    end-to-end test counts the bytes of a step)."""
     report = grade(monkeypatch, PITFALLS)
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -184,6 +195,16 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_units_of_each_policy": 2,
         "test_no_parameter_in_two_units": 2,
         "test_all_together_your_units_your_order_and_your_norm": 2,
+        "test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2,
+        "test_unit_parameters_frozen_owned_and_every_slot_named": 1,
+        "test_hooks_gradients_equal_the_reference_fsdp": 2,
+        "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
+        "test_hooks_follow_fsdp2_order": 1,
+        "test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2,
+        "test_global_grad_norm_is_the_norm_of_the_whole_gradient": 2,
+        "test_backward_prefetch_targets": 2,
+        "test_prefetch_on_two_ranks_follows_fsdp2_order": 1,
+        "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the usual cause, not "it crashed"
@@ -231,6 +252,17 @@ def test_a_zero1_that_keeps_frozen_parameters_loses_their_points(monkeypatch):
     assert lost(report) == {
         "test_trainable_parameters_leave_out_frozen_and_repeat_none": 1,
         "test_zero1_frozen_parameters_cost_nothing_and_never_move": 1,
+    }, report.text
+
+
+def test_an_unpadded_reduce_scatter_loses_its_points(monkeypatch):
+    """tests/pitfalls/unpadded_fsdp/: the gradients reduce-scattered from a buffer that is not
+    padded parameter by parameter, so chunk r is not rank r's rows (MiniGPT's 609-row embedding on
+    2 ranks). The reduce-scatter test and the end-to-end run catch it; nothing else changes."""
+    report = grade(monkeypatch, PITFALLS / "unpadded_fsdp", lab="04")
+    assert lost(report) == {
+        "test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2,
+        "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
     }, report.text
 
 

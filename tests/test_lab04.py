@@ -1,0 +1,351 @@
+"""Lab 04 · FSDP from scratch: the graded checks.
+
+The pieces that need no process group (sharding one tensor, the parameters a unit owns, the
+prefetch choice) are tested in this process. The rest runs once per session in one 2-rank launch
+(the ``fsdp_scratch`` fixture of tests/ranks.py, tests/fsdp_scratch_worker.py); each test reads
+the scenario run for its exercise (``hooks@4.3``: only Exercise 4.3 the learner's). The course's
+own checks of the mechanism are in tests/test_lab04_reference.py.
+
+    make grade EX=4.3          # or: .venv/bin/python -m minigpt.grader --exercise 4.3
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from minigpt.fsdp.variants import predict_event_order
+from minigpt.train import TrainConfig, build_model
+from tests.ranks import Launch, scenario
+from tests.words import say, short
+
+pytestmark = [pytest.mark.lab("04"), pytest.mark.timeout(180)]
+
+BYTES_PER_STEP = 2_922_240  # MiniGPT on 2 ranks, the block policy: all-gathers and reduce-scatters sent per rank
+
+
+def both(launch: Launch, name: str) -> list[dict]:
+    return [scenario(launch, name, r) for r in range(2)]
+
+
+def fsdp2_order() -> list[str]:
+    """Lab 03's model of FSDP2's order for 4 blocks (checked there against real runs)."""
+    return predict_event_order(4, "fsdp2-implicit")
+
+
+def first_difference(got: list[str], expected: list[str]) -> str:
+    i = next((k for k, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    return say(
+        f"at event {i}: expected {expected[i : i + 3] or 'the end'}, got {got[i : i + 3] or 'the end'} "
+        f"({len(expected)} events expected, {len(got)} came)",
+        f"en el evento {i}: se espera {expected[i : i + 3] or 'el final'}, llegó {got[i : i + 3] or 'el final'} "
+        f"(se esperan {len(expected)} eventos, llegaron {len(got)})",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4.1: one parameter, sharded and gathered back
+
+
+@pytest.mark.exercise("4.1")
+@pytest.mark.points(2)
+def test_shard_rows_pads_and_cuts_equal_shards(lab04):
+    for rows in (1, 3, 7, 609):
+        full = torch.randn(rows, 5, generator=torch.Generator().manual_seed(rows))
+        for world in (1, 2, 3, 4):
+            per = -(-rows // world)
+            padded = torch.cat([full, full.new_zeros(per * world - rows, 5)])
+            shards = [lab04.shard_rows(full, r, world) for r in range(world)]
+            where = say(f"{rows} rows, world size {world}", f"{rows} filas, tamaño del mundo {world}")
+            shapes = [tuple(s.shape) for s in shards]
+            assert shapes == [(per, 5)] * world, say(
+                f"{where}: shard shapes {shapes}, expected {world} x {(per, 5)} (the rows padded with zero rows to "
+                f"{per * world}, then cut in {world} equal shards)",
+                f"{where}: formas de los fragmentos {shapes}, se esperan {world} x {(per, 5)} (las filas rellenadas "
+                f"con filas de ceros hasta {per * world} y cortadas en {world} fragmentos iguales)",
+            )
+            glued = torch.cat(shards)
+            assert torch.equal(glued, padded), say(
+                f"{where}: the shards put back in rank order differ from the tensor followed by "
+                f"{per * world - rows} zero rows (largest difference {float((glued - padded).abs().max()):.3g})",
+                f"{where}: los fragmentos unidos por orden de rank difieren del tensor seguido de "
+                f"{per * world - rows} filas de ceros (mayor diferencia {float((glued - padded).abs().max()):.3g})",
+            )
+            shards[0].fill_(7.0)
+            assert not bool((full == 7.0).any()), say(
+                f"{where}: writing into rank 0's shard changed the full tensor: a shard must be a new tensor, not a view",
+                f"{where}: escribir en el fragmento del rank 0 cambió el tensor completo: un fragmento debe ser un "
+                "tensor nuevo, no una vista",
+            )
+
+
+@pytest.mark.exercise("4.1")
+@pytest.mark.points(1)
+def test_gather_rows_gives_back_the_whole_tensor(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "gather@4.1")):
+        for case in result["cases"]:
+            assert case["equal"], say(
+                f"rank {rank}: a {case['shape']} tensor sharded on 2 ranks and gathered back came out {case['got']}, "
+                "not equal to it: expected the same tensor, padding rows dropped",
+                f"rank {rank}: un tensor {case['shape']} fragmentado en 2 ranks y vuelto a reunir salió {case['got']}, "
+                "distinto de él: se espera el mismo tensor, sin las filas de relleno",
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4.2: the parameters a unit owns
+
+
+@pytest.fixture
+def minigpt():
+    return build_model(TrainConfig(n_layer=2, n_embd=32, n_head=2))
+
+
+def owned(lab04, unit: nn.Module, nested: list[nn.Module]) -> list[tuple[nn.Parameter, list]]:
+    return lab04.unit_parameters(unit, nested)
+
+
+@pytest.mark.exercise("4.2")
+@pytest.mark.points(2)
+def test_unit_parameters_tied_weight_once_nested_blocks_skipped(lab04, minigpt):
+    params = owned(lab04, minigpt, list(minigpt.blocks))
+    in_blocks = {id(p) for p in minigpt.blocks.parameters()}
+    expected = [p for n, p in minigpt.named_parameters() if id(p) not in in_blocks]  # named_parameters: once each
+    got_ids = [id(p) for p, _ in params]
+    assert not in_blocks & set(got_ids), say(
+        "unit_parameters(model, blocks) returned parameters of the nested blocks: expected them skipped (a block "
+        "that is a unit owns its own)",
+        "unit_parameters(model, bloques) devolvió parámetros de los bloques anidados: se espera que se salten (un "
+        "bloque que es una unidad posee los suyos)",
+    )
+    assert len(got_ids) == len(set(got_ids)) == len(expected), say(
+        f"unit_parameters(model, blocks) returned {len(got_ids)} entries ({len(set(got_ids))} distinct "
+        f"parameters), expected {len(expected)}: each parameter once (the tied wte/lm_head matrix is one)",
+        f"unit_parameters(model, bloques) devolvió {len(got_ids)} entradas ({len(set(got_ids))} parámetros "
+        f"distintos), se esperan {len(expected)}: cada parámetro una vez (la matriz atada wte/lm_head es una)",
+    )
+    tied = next(slots for p, slots in params if p is minigpt.wte.weight)
+    places = sorted((name, attr, module is getattr(minigpt, name.split(".")[0])) for module, attr, name in tied)
+    assert places == [("lm_head.weight", "weight", True), ("wte.weight", "weight", True)], say(
+        f"the tied matrix's slots are {short(places)}, expected two: (model.wte, 'weight', 'wte.weight') and "
+        "(model.lm_head, 'weight', 'lm_head.weight')",
+        f"los huecos de la matriz atada son {short(places)}, se esperan dos: (model.wte, 'weight', 'wte.weight') y "
+        "(model.lm_head, 'weight', 'lm_head.weight')",
+    )
+
+
+@pytest.mark.exercise("4.2")
+@pytest.mark.points(1)
+def test_unit_parameters_frozen_owned_and_every_slot_named(lab04, minigpt):
+    minigpt.blocks[0].attn.requires_grad_(False)
+    params = owned(lab04, minigpt, [])
+    distinct = list(minigpt.parameters())
+    assert [id(p) for p, _ in params] == [id(p) for p in distinct], say(
+        f"unit_parameters(model, []) listed {len(params)} parameters, expected all {len(distinct)} of the model, "
+        "each once, in the order they are met (frozen ones included: they are sharded too)",
+        f"unit_parameters(model, []) listó {len(params)} parámetros, se esperan los {len(distinct)} del modelo, "
+        "cada uno una vez, en el orden en que aparecen (también los congelados: también se fragmentan)",
+    )
+    names = dict(minigpt.named_modules())
+    for p, slots in params:
+        for module, attr, name in slots:
+            prefix, _, last = name.rpartition(".")
+            assert last == attr and names[prefix] is module and module._parameters[attr] is p, say(
+                f"slot {short((type(module).__name__, attr, name))}: expected (the module that holds it, its "
+                "attribute name, its qualified name in the unit)",
+                f"hueco {short((type(module).__name__, attr, name))}: se espera (el módulo que lo tiene, el nombre "
+                "de su atributo, su nombre completo en la unidad)",
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4.3: the four hooks
+
+
+@pytest.mark.exercise("4.3")
+@pytest.mark.points(2)
+def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
+        for step, numbers in enumerate(result["steps"]):
+            assert not numbers["differ"], say(
+                f"rank {rank}, step {step}: with your hooks the shards' gradients of {short(numbers['differ'])} differ "
+                "from the reference FSDP's on the same batch (expected: the same bits)",
+                f"rank {rank}, paso {step}: con tus hooks los gradientes de los fragmentos de "
+                f"{short(numbers['differ'])} difieren de los del FSDP de referencia con el mismo lote (se esperan los "
+                "mismos bits)",
+            )
+
+
+@pytest.mark.exercise("4.3")
+@pytest.mark.points(2)
+def test_hooks_free_blocks_after_forward_and_gather_them_for_backward(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
+        for step, numbers in enumerate(result["steps"]):
+            held = {unit: n for unit, n in numbers["after_forward"].items() if n}
+            assert not held, say(
+                f"rank {rank}, step {step}: after the forward the blocks still hold gathered parameters "
+                f"{short(held)} (bytes): expected 0 (each block freed after its forward)",
+                f"rank {rank}, paso {step}: tras la pasada hacia delante los bloques aún tienen parámetros reunidos "
+                f"{short(held)} (bytes): se espera 0 (cada bloque liberado tras su pasada)",
+            )
+            assert numbers["root_after_forward"] > 0, say(
+                f"rank {rank}, step {step}: the root freed its parameters after its forward: expected it to keep them "
+                "(backward starts with it)",
+                f"rank {rank}, paso {step}: la raíz liberó sus parámetros tras su pasada hacia delante: se espera que "
+                "los conserve (la pasada hacia atrás empieza por ella)",
+            )
+            assert numbers["after_step"] == 0, say(
+                f"rank {rank}, step {step}: after backward {numbers['after_step']} bytes of gathered parameters are "
+                "still held: expected 0",
+                f"rank {rank}, paso {step}: tras la pasada hacia atrás siguen reunidos {numbers['after_step']} bytes "
+                "de parámetros: se espera 0",
+            )
+        empty = sorted(k for k, sizes in result["held_in_backward"].items() if not all(sizes))
+        assert result["held_in_backward"] and not empty, say(
+            f"rank {rank}: when their gradients were computed, {short(empty)} had 0 bytes: expected each block "
+            "gathered again before its backward",
+            f"rank {rank}: cuando se calcularon sus gradientes, {short(empty)} tenían 0 bytes: se espera cada bloque "
+            "reunido de nuevo antes de su pasada hacia atrás",
+        )
+
+
+@pytest.mark.exercise("4.3")
+@pytest.mark.points(1)
+def test_hooks_follow_fsdp2_order(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
+        ours = [e for e in result["schedule"] if not e.startswith("free ")]
+        assert ours == fsdp2_order(), say(
+            f"rank {rank}: your hooks' schedule differs from FSDP2's ",
+            f"rank {rank}: el orden de tus hooks difiere del de FSDP2 ",
+        ) + first_difference(ours, fsdp2_order())
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4.4: the reduce-scatter and the global norm
+
+
+@pytest.mark.exercise("4.4")
+@pytest.mark.points(2)
+def test_reduce_gradients_is_the_mean_over_ranks_with_padding(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "reduce@4.4")):
+        assert not result["missing"], say(
+            f"rank {rank}: the shards of {result['missing']} got no gradient",
+            f"rank {rank}: los fragmentos de {result['missing']} no recibieron gradiente",
+        )
+        wrong = {n: e for n, e in result["errors"].items() if not e <= 1e-6}
+        assert not wrong, say(
+            f"rank {rank}: the shards' gradients differ from the rows of the mean over the ranks of the full "
+            f"gradients computed in one process by {short(wrong)} (expected <= 1e-6; the embedding has 609 rows, "
+            "610 with padding)",
+            f"rank {rank}: los gradientes de los fragmentos difieren de las filas de la media sobre los ranks de los "
+            f"gradientes completos calculados en un proceso en {short(wrong)} (se espera <= 1e-6; el embedding tiene "
+            "609 filas, 610 con relleno)",
+        )
+        assert result["padding_zero"], say(
+            f"rank {rank}: a padding row of a shard got a nonzero gradient: expected 0",
+            f"rank {rank}: una fila de relleno de un fragmento recibió un gradiente distinto de cero: se espera 0",
+        )
+        assert not result["full_grads_kept"], say(
+            f"rank {rank}: units {result['full_grads_kept']} kept their full gradients: expected them dropped "
+            "(p.full.grad = None)",
+            f"rank {rank}: las unidades {result['full_grads_kept']} conservaron sus gradientes completos: se espera "
+            "que se descarten (p.full.grad = None)",
+        )
+        assert result["accumulated_error"] <= 1e-6, say(
+            f"rank {rank}: after a second backward without zeroing, the shards' gradients differ from twice the mean "
+            f"by {result['accumulated_error']:.2e} (expected <= 1e-6: added to the .grad already there)",
+            f"rank {rank}: tras una segunda pasada hacia atrás sin poner a cero, los gradientes difieren del doble de "
+            f"la media en {result['accumulated_error']:.2e} (se espera <= 1e-6: sumados al .grad que ya había)",
+        )
+
+
+@pytest.mark.exercise("4.4")
+@pytest.mark.points(2)
+def test_global_grad_norm_is_the_norm_of_the_whole_gradient(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "norm@4.4")):
+        expected, got = result["expected"], result["got"]
+        assert result["is_tensor"] and abs(got - expected) <= 1e-5 * expected, say(
+            f"rank {rank}: global_grad_norm returned {got:.6g}, expected {expected:.6g}, the norm of the whole "
+            "gradient (the same on every rank: the local norms' squares summed over the ranks), as a tensor",
+            f"rank {rank}: global_grad_norm devolvió {got:.6g}, se espera {expected:.6g}, la norma del gradiente "
+            "entero (la misma en cada rank: los cuadrados de las normas locales sumados entre los ranks), como tensor",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4.5: the prefetch choice in backward
+
+ORDER = ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "root"]
+PREFETCH_CASES = [
+    (ORDER, "root", 1, ["blocks.3"]),
+    (ORDER, "blocks.3", 1, ["blocks.2"]),
+    (ORDER, "blocks.1", 1, ["blocks.0"]),
+    (ORDER, "blocks.0", 1, []),
+    (ORDER, "blocks.3", 2, ["blocks.2", "blocks.1"]),
+    (ORDER, "blocks.1", 2, ["blocks.0"]),
+    (ORDER, "blocks.7", 1, []),
+    (["a", "b", "a", "root"], "root", 1, ["a"]),
+    (["a", "b", "a", "root"], "a", 1, ["b"]),
+    (["a", "b", "a", "root"], "b", 1, []),
+]
+
+
+@pytest.mark.exercise("4.5")
+@pytest.mark.points(2)
+def test_backward_prefetch_targets(lab04):
+    for order, current, depth, expected in PREFETCH_CASES:
+        got = lab04.backward_prefetch_targets(list(order), current, depth)
+        assert list(got) == expected, say(
+            f"backward_prefetch_targets({order}, {current!r}, {depth}) returned {short(got)}, expected {expected} "
+            "(the units whose backward comes right after this one's; a unit that ran twice counts at its last finish)",
+            f"backward_prefetch_targets({order}, {current!r}, {depth}) devolvió {short(got)}, se espera {expected} "
+            "(las unidades cuya pasada hacia atrás viene justo después de esta; una unidad que corrió dos veces "
+            "cuenta en su último final)",
+        )
+
+
+@pytest.mark.exercise("4.5")
+@pytest.mark.points(1)
+def test_prefetch_on_two_ranks_follows_fsdp2_order(fsdp_scratch):
+    for rank, result in enumerate(both(fsdp_scratch, "prefetch@4.5")):
+        ours = [e for e in result["schedule"] if not e.startswith("free ")]
+        assert ours == fsdp2_order(), say(
+            f"rank {rank}: with your prefetch choice the schedule differs from FSDP2's ",
+            f"rank {rank}: con tu elección de precarga el orden difiere del de FSDP2 ",
+        ) + first_difference(ours, fsdp2_order())
+
+
+# ----------------------------------------------------------------------------------------------
+# All together
+
+
+@pytest.mark.exercise("all")
+@pytest.mark.points(2)
+def test_all_together_your_fsdp_trains_minigpt_like_one_process(fsdp_scratch):
+    """All of your Lab 04 code: MiniGPT sharded per block on 2 ranks, 3 AdamW steps with clipping
+    by the global norm. The gradients of one backward first (AdamW would hide a factor of 2),
+    then each step against one process that starts from the same state (Lab 01's step drift,
+    logits in float64), and the bytes each rank sends per step."""
+    for rank, result in enumerate(both(fsdp_scratch, "train@all")):
+        assert result["grad_error"] <= 1e-6, say(
+            f"rank {rank}: after one backward the shards' gradients differ from one process's by "
+            f"{result['grad_error']:.2e} (expected <= 1e-6)",
+            f"rank {rank}: tras una pasada hacia atrás los gradientes de los fragmentos difieren de los de un proceso "
+            f"en {result['grad_error']:.2e} (se espera <= 1e-6)",
+        )
+        drift = max(result["drifts"])
+        assert drift <= 1e-5, say(
+            f"rank {rank}: a step differs from one process's by {drift:.2e} in the logits (steps: "
+            f"{short([f'{d:.1e}' for d in result['drifts']])}; expected <= 1e-5)",
+            f"rank {rank}: un paso difiere del de un proceso en {drift:.2e} en los logits (pasos: "
+            f"{short([f'{d:.1e}' for d in result['drifts']])}; se espera <= 1e-5)",
+        )
+        assert result["bytes_sent"] == [BYTES_PER_STEP] * len(result["bytes_sent"]), say(
+            f"rank {rank}: bytes sent per step {result['bytes_sent']}, expected {BYTES_PER_STEP:,} each (each block "
+            "all-gathered in forward and again in backward, the root once, every unit's gradients reduce-scattered "
+            "once)",
+            f"rank {rank}: bytes enviados por paso {result['bytes_sent']}, se esperan {BYTES_PER_STEP:,} en cada uno "
+            "(cada bloque reunido en la pasada hacia delante y otra vez en la de atrás, la raíz una vez, y los "
+            "gradientes de cada unidad con un solo reduce-scatter)",
+        )

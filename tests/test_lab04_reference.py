@@ -1,0 +1,48 @@
+"""Lab 04: the course's own checks of the FSDP written by hand (no points; ``make grade`` never
+runs them), on models it was not built for, in the same 2-rank launch as the graded tests
+(tests/fsdp_scratch_worker.py, scenarios tagged "maintainer", the reference's code throughout).
+
+A model with a frozen layer, a layer unused in forward, a block called twice in one forward and a
+buffer trains like one process (float32 and float64, the same bits on 2 ranks); a parameter tied
+across two units is refused with both names; float64 MiniGPT's gradients equal one process's; a
+sharded checkpoint saved at 2 ranks loads at 1 rank and gives the same logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ranks import scenario
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def both(launch, name):
+    return [scenario(launch, name, r) for r in range(2)]
+
+
+@pytest.mark.parametrize("dtype", ["odd32", "odd64"])
+def test_frozen_unused_twice_and_a_buffer_train_like_one_process(fsdp_scratch, dtype):
+    for result in both(fsdp_scratch, f"{dtype}@maintainer"):
+        assert result["max_diff"] == 0.0, result  # 2 ranks: the same float operations as one process
+        assert result["grad_none"] == result["one_grad_none"], result
+        assert result["grad_none"]["frozen.weight"] and result["grad_none"]["unused.weight"], result
+        assert "frozen" not in result["reduced_units"] and "unused" not in result["reduced_units"], result
+        assert result["frozen_unchanged"] and result["buffer"] == 0.5, result
+
+
+def test_a_parameter_tied_across_two_units_is_refused_with_both_names(fsdp_scratch):
+    for result in both(fsdp_scratch, "tie@maintainer"):
+        assert result["raised"], result
+        assert "wte.weight" in result["message"] and "lm_head.weight" in result["message"], result
+
+
+def test_float64_gradients_equal_one_process(fsdp_scratch):
+    for result in both(fsdp_scratch, "f64@maintainer"):
+        assert result["max_diff"] <= 1e-12, result
+
+
+def test_a_checkpoint_saved_at_two_ranks_loads_at_one(fsdp_scratch):
+    result = scenario(fsdp_scratch, "ckpt@maintainer", 0)
+    assert result["saved_world"] == 2 and result["logit_diff"] == 0.0, result
+    scenario(fsdp_scratch, "ckpt@maintainer", 1)  # rank 1 saved its shard without error
