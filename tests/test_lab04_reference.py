@@ -46,3 +46,30 @@ def test_a_checkpoint_saved_at_two_ranks_loads_at_one(fsdp_scratch):
     result = scenario(fsdp_scratch, "ckpt@maintainer", 0)
     assert result["saved_world"] == 2 and result["logit_diff"] == 0.0, result
     scenario(fsdp_scratch, "ckpt@maintainer", 1)  # rank 1 saved its shard without error
+
+
+@pytest.fixture(scope="module", params=[3, 4])
+def more_ranks(request, tmp_path_factory):
+    """tests/fsdp_ranks_worker.py on 3 and on 4 ranks (each rank's results, each rank's stderr)."""
+    from tests.launcher import ROOT, run_ranks
+    from tests.limits import limit
+
+    out = tmp_path_factory.mktemp(f"fsdp-ranks-{request.param}")
+    results, errors = run_ranks(ROOT / "tests" / "fsdp_ranks_worker.py", request.param, out, timeout_s=limit(120))
+    return request.param, results, errors
+
+
+def test_more_ranks_match_fsdp2_to_the_bit(more_ranks):
+    """On 3 and 4 ranks, with padding everywhere on 3 (32 positions cut as 33 rows): a 2-layer
+    MiniGPT and the model of odd parts take the same steps as FSDP2, to the bit, and the odd
+    model stays within rounding of one process (its gradients summed over the ranks in another
+    order)."""
+    world, results, errors = more_ranks
+    for rank in range(world):
+        assert results[rank].get("finished"), f"rank {rank} did not finish: {errors[rank][-800:]}"
+        minigpt, odd = results[rank]["minigpt"], results[rank]["odd"]
+        assert minigpt["ok"] and odd["ok"], (minigpt, odd)
+        assert minigpt["diffs"] == [0.0, 0.0], minigpt
+        assert odd["vs_fsdp2"] == 0.0 and odd["vs_one_process"] < 1e-6, odd
+    rows = -(-32 // world) if world == 3 else 32 // world
+    assert results[0]["minigpt"]["shard_shapes"]["wpe.weight"] == [rows, 96]
