@@ -198,7 +198,7 @@ def orders(r: dict, lang: str) -> str:
         )
     head = [
         tr(lang, "our setting", "nuestro ajuste"),
-        tr(lang, "FSDP2 run (Lab 03)", "ejecución de FSDP2 (lab. 03)"),
+        tr(lang, "FSDP2 run (Lab 03)", "ejecución de FSDP2 (laboratorio 03)"),
         tr(lang, "all-gathers, forward \\| backward", "all-gathers, forward \\| backward"),
         tr(lang, "order = FSDP2's", "orden = el de FSDP2"),
         tr(lang, "bytes per step", "bytes por paso"),
@@ -454,7 +454,7 @@ SIDE_BY_SIDE = (
         "_fsdp_collectives:foreach_reduce",
     ),
     (
-        ("the end of backward, at the root", "el final del backward, en la raíz"),
+        ("the end of backward, at the root", "el final de la pasada hacia atrás, en la raíz"),
         "unit:FSDPUnit._finish_backward",
         "_fsdp_state:FSDPState._root_post_backward_final_callback",
     ),
