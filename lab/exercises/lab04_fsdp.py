@@ -60,7 +60,7 @@ def shard_rows(full: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Exercise 4.1b: the whole tensor of ``rows`` rows, rebuilt from every rank's ``shard``.
 
-    One collective, every rank of ``group`` calls it: ``dist.all_gather_into_tensor(out, shard,
+    One collective, every rank of ``group`` calls it: ``dist.all_gather_single(out, shard,
     group=group)`` puts rank r's shard at rows ``r * shard.shape[0]`` onwards of ``out`` (a tensor
     of ``world_size * shard.shape[0]`` rows; the input must be contiguous). Drop the padding rows.
     """
@@ -103,7 +103,7 @@ def reduce_gradients(unit) -> None:
     2. the views side by side (``torch.cat(..., dim=1)``), flattened: chunk r of the buffer is
        rank r's rows of every parameter, in the unit's order;
     3. call ``unit.record_collective("reduce-scatter", buffer, is_async=False)`` (the tests count
-       the bytes from it), then ``dist.reduce_scatter_tensor(out, buffer, op=dist.ReduceOp.SUM,
+       the bytes from it), then ``dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM,
        group=unit.group)`` with ``out`` of ``buffer.numel() // world_size`` elements;
     4. divide ``out`` by the world size (the mean), cut it into the shards' pieces, in order,
        each viewed as ``p.shard.shape`` and converted to ``p.shard.dtype``: it becomes

@@ -354,18 +354,19 @@ def draw_timeline(report: dict, lang: str, path: Path) -> None:
     ax = fig.add_subplot()
     starts = [(t, what, unit) for t, what, unit, _ in events if what in ("forward", "backward")]
     for t, what, unit in starts:
-        stop = next((u for u, w, _, _ in events if u > t and w in ("free", "gradients ready")), end)
+        stop = next((u for u, w, _, _ in events if u > t and w in ("freeing", "free")), end)
         color = "#4C72B0" if what == "forward" else "#DD8452"
         ax.broken_barh([(t * 1e3, (stop - t) * 1e3)], (1.1, 0.8), color=color)
         ax.text((t + stop) / 2 * 1e3, 1.5, unit.split(".")[-1], ha="center", va="center", fontsize=7, color="white")
     done_at = {}
     for t, unit in step["completions"]:
         done_at.setdefault(unit, []).append(t)
+    is_async = iter([c["async"] for c in step["collectives"] if c["kind"] == "all-gather"])  # in issue order
     for t, what, unit, _ in events:
         if what == "all-gather":
             finished = [d for d in done_at.get(unit, []) if d >= t]
             gathered = next((u for u, w, n, _ in events if u >= t and w == "gathered" and n == unit), t)
-            stop = min(finished) if finished else gathered
+            stop = min(finished) if next(is_async) and finished else gathered
             ax.broken_barh([(t * 1e3, max(stop - t, end * 0.002) * 1e3)], (0.1, 0.8), color="#55A868", alpha=0.8)
         if what == "reduce-scatter":
             ax.broken_barh([(t * 1e3, end * 0.004 * 1e3)], (0.1, 0.8), color="#C44E52")

@@ -58,7 +58,7 @@ def reduce_gradients(unit) -> None:
     buffer = torch.cat(columns, dim=1).reshape(-1)
     out = buffer.new_empty(buffer.numel() // world)
     unit.record_collective("reduce-scatter", buffer, is_async=False)
-    dist.reduce_scatter_tensor(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
+    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     offset = 0
     for p in params:
         piece = out[offset : offset + p.shard.numel()].view(p.shard.shape).to(p.shard.dtype)

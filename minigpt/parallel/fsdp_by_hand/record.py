@@ -12,7 +12,8 @@ event. It keeps, per step:
   reduce-scatter of a buffer of S bytes on N ranks sends (N-1)/N * S, an all-reduce twice that;
 * ``timeline`` - ``(t, what, unit, held)`` with ``time.perf_counter()`` seconds since the step
   began, every event (also ``gathered``: when the waiting thread found an all-gather done,
-  and ``gradients ready``: a unit's post-backward begins) and the bytes held at that moment;
+  and ``freeing``: just before a unit's gathered parameters are freed, in backward the moment
+  its full gradients and its parameters are both alive) and the bytes held at that moment;
 * ``completions`` - when each asynchronous all-gather (a prefetch) finished, seen from the
   communication thread: between its issue and its completion the training thread computed;
 * ``held`` - at every event, the bytes of parameters and gradients this rank holds, read from

@@ -180,6 +180,7 @@ class FSDPUnit:
         self.wait_unshard()  # a prefetch nobody used: finish it before freeing its target
         if not self.gathered:
             return
+        self.event("freeing", in_schedule=False)  # the moment before: in backward, the peak
         for p in self.params:
             _free(p.full)
         self.gathered = False
@@ -227,7 +228,6 @@ class FSDPUnit:
         self._uses -= 1
         if self._uses > 0:
             return  # a unit used twice: its other use has not finished its backward yet
-        self.event("gradients ready", in_schedule=False)
         self.reshard()
         self.reduce_gradients()
 

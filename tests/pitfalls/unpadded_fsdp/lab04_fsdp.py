@@ -25,7 +25,7 @@ def reduce_gradients(unit) -> None:
     buffer = torch.cat([buffer, buffer.new_zeros(-buffer.numel() % world)])  # only made divisible as a whole
     out = buffer.new_empty(buffer.numel() // world)
     unit.record_collective("reduce-scatter", buffer, is_async=False)
-    dist.reduce_scatter_tensor(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
+    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     out /= world
     out = torch.cat([out, out.new_zeros(sum(p.shard.numel() for p in params) - out.numel())])
     offset = 0
