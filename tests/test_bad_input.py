@@ -294,7 +294,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, PAGES, GRADER}
+        {PREFETCH, PRACTICE, FSDP4, PAGES, GRADER}
     )
 
 
