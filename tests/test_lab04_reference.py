@@ -10,6 +10,9 @@ sharded checkpoint saved at 2 ranks loads at 1 rank and gives the same logits.
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from tests.ranks import scenario
@@ -73,3 +76,22 @@ def test_more_ranks_match_fsdp2_to_the_bit(more_ranks):
         assert odd["vs_fsdp2"] == 0.0 and odd["vs_one_process"] < 1e-6, odd
     rows = -(-32 // world) if world == 3 else 32 // world
     assert results[0]["minigpt"]["shard_shapes"]["wpe.weight"] == [rows, 96]
+
+
+def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
+    """lab/04_fsdp.py --check as a learner runs it (one torchrun of two processes), short: every
+    proof of the full run, on 2 training steps, passes and the report has the issue's keys."""
+    from tests.limits import limit
+    from tests.test_lab01_script import start
+
+    report = tmp_path / "lab04.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += ["lab/04_fsdp.py", "--check", "--steps", "2", "--float64-steps", "1", "--short-steps", "1"]
+    command += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report)]
+    process = start(command)
+    _, err = process.communicate(timeout=limit(240))
+    assert process.returncode == 0, err[-2000:]
+    r = json.loads(report.read_text())
+    keys = ("world_size", "max_step_drift", "ranks_bit_identical", "bytes_per_rank_per_step", "bytes_model")
+    assert all(k in r for k in (*keys, "event_order_matches_fsdp2", "tutor_accuracy")), sorted(r)
+    assert r["passed"] and r["world_size"] == 2 and r["bytes_per_rank_per_step"] == r["bytes_model"] == 2_922_240
