@@ -1,0 +1,256 @@
+"""MiniGPT cut over a tensor-parallel group (Megatron-style), built from a whole MiniGPT.
+
+Every rank builds the same single-process :class:`~minigpt.model.MiniGPT` (same seed), then
+:class:`TPMiniGPT` keeps only its slices:
+
+* **attention, by heads**: MiniGPT's ``qkv`` is one ``Linear`` of ``3 C`` outputs laid out
+  ``[q | k | v]``; each of q, k and v is sliced by itself, so rank r keeps heads
+  ``[r H/tp, (r+1) H/tp)`` of all three (column-parallel, no communication inside attention);
+  ``proj`` is row-parallel (one all-reduce after it);
+* **MLP**: ``fc`` column-parallel (its bias sliced with it), ``proj`` row-parallel (its bias whole,
+  added after the all-reduce);
+* **embeddings**: the token embedding and the tied output layer are one
+  :class:`~.layers.VocabParallelEmbedding` (the vocabulary padded to a multiple of tp); the
+  position embedding, the layer norms and the residual stream are whole on every rank.
+
+Per block: two all-reduces of the ``(B, T, C)`` activations forward (after attention's and the
+MLP's row-parallel layer), two backward (the ``copy_to_tp`` before each column-parallel layer).
+Around them, the model sends one all-reduce forward after the token embedding, one backward before
+the output layer, and the loss's three numbers per token (:func:`tp_bytes_per_step`).
+
+**Sequence parallelism** (``sequence_parallel=True``): outside the tensor-parallel layers (layer
+norms, residual additions, position embedding) each rank keeps only its ``T / tp`` tokens. Each
+all-reduce becomes a reduce-scatter where it was (after a row-parallel layer, after the token
+embedding) and an all-gather before the next column-parallel layer: the same bytes. The layer
+norms, the row-parallel biases and the position embedding then see only this rank's tokens, so
+their gradients are partial sums: :meth:`TPMiniGPT.sync_sequence_parallel_grads` all-reduces them
+once per step (a few KB, like DDP's gradients: per step, not per token, and not in the formula).
+
+Dropout is refused (``dropout > 0`` raises): replicated regions would need the same random draws on
+every rank and sharded ones different draws, which this lab does not build.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn import functional as F
+
+from minigpt.model import MiniGPT, causal_mask
+from minigpt.parallel.ring import ByteCounter
+from minigpt.parallel.tensor_parallel import comm
+from minigpt.parallel.tensor_parallel.comm import Group
+from minigpt.parallel.tensor_parallel.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    masked_mean_per_sentence,
+    padded_vocab_size,
+    vocab_parallel_cross_entropy,
+)
+
+
+def ring_all_reduce_bytes(size_bytes: float, n: int) -> float:
+    """What one rank sends in a ring all-reduce of ``size_bytes``: ``2 (n-1)/n`` of it."""
+    return 2 * (n - 1) / n * size_bytes
+
+
+def tp_bytes_per_step(
+    batch: int, seq_len: int, hidden: int, n_layer: int, tp: int, bytes_per_element: int = 4
+) -> float:
+    """Bytes one rank sends in one forward + backward of :class:`TPMiniGPT`, from the theory's
+    formula (page 02, tensor parallelism), independent of any counter:
+
+    * per block, ``V_TP = 4 * 2 (t-1)/t * b s h`` elements (two all-reduces forward, two backward);
+    * the token embedding's all-reduce forward and the output layer's ``copy_to_tp`` backward:
+      two more all-reduces of ``b s h``;
+    * the vocabulary-parallel loss: all-reduces of ``b s`` (the maximum) and ``2 b s`` (the sum
+      of exponentials and the target's logit).
+
+    The same with sequence parallelism (each all-reduce split into a reduce-scatter and an
+    all-gather); the once-a-step gradient all-reduce of its sequence-sharded parameters is not in it.
+    """
+    bsh = batch * seq_len * hidden * bytes_per_element
+    bs = batch * seq_len * bytes_per_element
+    return (4 * n_layer + 2) * ring_all_reduce_bytes(bsh, tp) + ring_all_reduce_bytes(3 * bs, tp)
+
+
+class TPAttention(nn.Module):
+    """Causal self-attention on this rank's ``H / tp`` heads."""
+
+    def __init__(self, attn: nn.Module, n_head: int, block_size: int, group: Group, **kw):
+        super().__init__()
+        tp = dist.get_world_size(group)
+        if n_head % tp:
+            raise ValueError(f"tp={tp} does not divide the {n_head} attention heads")
+        self.local_heads = n_head // tp
+        self.qkv = ColumnParallelLinear.from_linear(attn.qkv, group, parts=3, **kw)  # [q_r | k_r | v_r]
+        self.proj = RowParallelLinear.from_linear(attn.proj, group, **kw)
+        self.register_buffer("mask", causal_mask(block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv(x)  # (B, T, 3 C/tp): whole sequence even with sequence parallelism
+        B, T, three_c = qkv.shape
+        c = three_c // 3
+        q, k, v = (t.view(B, T, self.local_heads, c // self.local_heads).transpose(1, 2) for t in qkv.split(c, 2))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, c))
+
+
+class TPMLP(nn.Module):
+    def __init__(self, mlp: nn.Module, group: Group, **kw):
+        super().__init__()
+        self.fc = ColumnParallelLinear.from_linear(mlp.fc, group, **kw)
+        self.proj = RowParallelLinear.from_linear(mlp.proj, group, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class TPBlock(nn.Module):
+    def __init__(self, block: nn.Module, n_head: int, block_size: int, group: Group, **kw):
+        super().__init__()
+        self.ln_1 = _copy_norm(block.ln_1)
+        self.attn = TPAttention(block.attn, n_head, block_size, group, **kw)
+        self.ln_2 = _copy_norm(block.ln_2)
+        self.mlp = TPMLP(block.mlp, group, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
+    new = nn.LayerNorm(norm.normalized_shape, eps=norm.eps, bias=norm.bias is not None, dtype=norm.weight.dtype)
+    new.load_state_dict(norm.state_dict())
+    return new
+
+
+class TPMiniGPT(nn.Module):
+    """This rank's part of ``model`` over the tensor-parallel ``group`` (default: all ranks).
+
+    ``forward(idx, targets, loss_mask)`` returns this rank's logit slice ``(B, T, padded/tp)`` and
+    the same masked per-sentence loss as :func:`minigpt.model.masked_loss` on every rank.
+    ``counter`` receives the bytes of every collective (default :data:`.comm.COUNTER`).
+    Raises ValueError when tp does not divide the heads, the MLP width or the (padded) vocabulary."""
+
+    def __init__(
+        self,
+        model: MiniGPT,
+        group: Group = None,
+        sequence_parallel: bool = False,
+        counter: ByteCounter | None = None,
+        pad_vocab: bool = True,
+    ):
+        super().__init__()
+        cfg = model.config
+        tp = dist.get_world_size(group)
+        if cfg.dropout:
+            raise ValueError(f"TPMiniGPT supports no dropout; got dropout={cfg.dropout}")
+        if cfg.n_head % tp:
+            raise ValueError(f"tp={tp} does not divide the {cfg.n_head} attention heads")
+        padded = padded_vocab_size(cfg.vocab_size, tp) if pad_vocab else cfg.vocab_size
+        if padded % tp:
+            raise ValueError(f"tp={tp} does not divide the vocabulary of {padded} rows; use pad_vocab=True")
+        self.config, self.group, self.counter, self.tp = cfg, group, counter, tp
+        self.rank, self.sequence_parallel = dist.get_rank(group), sequence_parallel
+        kw = dict(counter=counter, sequence_parallel=sequence_parallel)
+        self.wte = VocabParallelEmbedding(model.wte.weight, group, padded=padded, **kw)
+        self.wpe = nn.Embedding.from_pretrained(model.wpe.weight.detach().clone(), freeze=False)
+        self.blocks = nn.ModuleList(TPBlock(b, cfg.n_head, cfg.block_size, group, **kw) for b in model.blocks)
+        self.ln_f = _copy_norm(model.ln_f)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        if self.sequence_parallel:
+            if T % self.tp:
+                raise ValueError(f"sequence parallelism needs T divisible by tp: T={T}, tp={self.tp}")
+            pos = pos.view(self.tp, T // self.tp)[self.rank]  # this rank's tokens
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C), or (B, T/tp, C)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.wte.logits(self.ln_f(x))  # (B, T, padded/tp)
+        if targets is None:
+            return logits, None
+        if loss_mask is None:
+            loss_mask = torch.ones_like(targets, dtype=torch.bool)
+        per_token = vocab_parallel_cross_entropy(
+            logits, targets, self.wte.start, self.config.vocab_size, self.group, self.counter
+        )
+        return logits, masked_mean_per_sentence(per_token, loss_mask)
+
+    def sequence_parallel_parameters(self) -> list[nn.Parameter]:
+        """The parameters whole on every rank but fed only this rank's tokens under sequence
+        parallelism: layer norms, row-parallel biases, position embedding (empty without it)."""
+        if not self.sequence_parallel:
+            return []
+        params = [self.wpe.weight, *self.ln_f.parameters()]
+        for b in self.blocks:
+            params += [*b.ln_1.parameters(), *b.ln_2.parameters()]
+            params += [p for p in (b.attn.proj.bias, b.mlp.proj.bias) if p is not None]
+        return params
+
+    def sync_sequence_parallel_grads(self, counter: ByteCounter | None = None) -> None:
+        """All-reduce (sum) the gradients of :meth:`sequence_parallel_parameters`, once per step
+        after backward. ``counter`` defaults to :data:`.comm.COUNTER`; pass another to keep these
+        bytes apart from the activations'."""
+        params = [p for p in self.sequence_parallel_parameters() if p.grad is not None]
+        if not params:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = comm.all_reduce(flat, self.group, counter)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def full_state_dict(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        """The whole model in :class:`~minigpt.model.MiniGPT`'s layout and names (``lm_head.weight``
+        the same tensor as ``wte.weight``), gathered on every rank with ``dist.all_gather`` (not
+        counted). With ``grads=True``, the gradients instead (zeros where a parameter has none;
+        under sequence parallelism call :meth:`sync_sequence_parallel_grads` first)."""
+
+        def value(p: torch.Tensor) -> torch.Tensor:
+            if not grads:
+                return p.detach()
+            return torch.zeros_like(p) if p.grad is None else p.grad.detach()
+
+        def gather_rows(t: torch.Tensor, parts: int = 1) -> torch.Tensor:
+            pieces = [torch.empty_like(t) for _ in range(self.tp)]
+            dist.all_gather(pieces, value(t).contiguous(), group=self.group)
+            split = [p.chunk(parts) for p in pieces]  # each rank's [q_r | k_r | v_r]
+            return torch.cat([s[i] for i in range(parts) for s in split])
+
+        def gather_columns(t: torch.Tensor) -> torch.Tensor:
+            pieces = [torch.empty_like(t) for _ in range(self.tp)]
+            dist.all_gather(pieces, value(t).contiguous(), group=self.group)
+            return torch.cat(pieces, dim=1)
+
+        state = {}
+        state["wte.weight"] = gather_rows(self.wte.weight)[: self.config.vocab_size]
+        state["wpe.weight"] = value(self.wpe.weight).clone()
+        for i, b in enumerate(self.blocks):
+            pre = f"blocks.{i}."
+            for name in ("ln_1", "ln_2"):
+                for k, p in getattr(b, name).named_parameters():
+                    state[f"{pre}{name}.{k}"] = value(p).clone()
+            state[pre + "attn.qkv.weight"] = gather_rows(b.attn.qkv.weight, parts=3)
+            state[pre + "attn.proj.weight"] = gather_columns(b.attn.proj.weight)
+            state[pre + "mlp.fc.weight"] = gather_rows(b.mlp.fc.weight)
+            if b.mlp.fc.bias is not None:
+                state[pre + "mlp.fc.bias"] = gather_rows(b.mlp.fc.bias)
+            state[pre + "mlp.proj.weight"] = gather_columns(b.mlp.proj.weight)
+            if b.mlp.proj.bias is not None:
+                state[pre + "mlp.proj.bias"] = value(b.mlp.proj.bias).clone()
+        for k, p in self.ln_f.named_parameters():
+            state[f"ln_f.{k}"] = value(p).clone()
+        state["lm_head.weight"] = state["wte.weight"]
+        return state
