@@ -86,8 +86,27 @@ def optimizer_of(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimi
     """AdamW over the shards, as :func:`minigpt.train.build_optimizer` groups them; it knows how to
     clip by the global norm (``train_step`` asks the optimizer first)."""
     optimizer = build_optimizer(model, cfg)
-    optimizer.clip_grad_norm_ = lambda max_norm: ours.clip_grad_norm_(model, max_norm)
+
+    def clip(max_norm: float) -> torch.Tensor:
+        optimizer.last_norm = ours.clip_grad_norm_(model, max_norm)  # kept for --check
+        return optimizer.last_norm
+
+    optimizer.clip_grad_norm_ = clip
     return optimizer
+
+
+def clip_with(norm: torch.Tensor):
+    """A clipping that uses a norm computed elsewhere: ``max_norm / (norm + 1e-6)``, at most 1,
+    as ``torch.nn.utils.clip_grad_norm_`` scales (for the one-process twin of ``--check``)."""
+
+    def clip(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale.to(p.grad.dtype))
+        return norm
+
+    return clip
 
 
 def fsdp2_model(cfg: TrainConfig, ctx: launch.DistContext, variant: str = "fsdp2-implicit", mp=None):
@@ -100,6 +119,16 @@ def fsdp2_model(cfg: TrainConfig, ctx: launch.DistContext, variant: str = "fsdp2
         fully_shard(model, mp_policy=mp)
         return model, [(f"blocks.{i}", b, b) for i, b in enumerate(model.blocks)]
     return wrap(VARIANTS[variant], build_model(cfg).to(ctx.device), ctx.device)
+
+
+def fsdp2_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """FSDP2's optimizer state with every DTensor gathered whole (AdamW's moments)."""
+    state = optimizer.state_dict()
+    full = {
+        i: {k: v.full_tensor() if hasattr(v, "full_tensor") else v.clone() for k, v in per.items()}
+        for i, per in state["state"].items()
+    }
+    return {"state": full, "param_groups": state["param_groups"]}
 
 
 def fsdp2_full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -187,10 +216,16 @@ class OneProcess:
         self.optimizer = build_optimizer(self.model, cfg)
         self.probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)
 
-    def drift(self, step: int, before: tuple[dict, dict], after: dict) -> float:
+    def drift(self, step: int, before: tuple[dict, dict], after: dict, norm: torch.Tensor | None = None) -> float:
+        """The step drift; with ``norm``, the twin clips with that norm instead of its own (the
+        rest of the step is its own), which takes the norm's float32 rounding out of the measure."""
         self.model.load_state_dict(before[0])
+        self.optimizer = build_optimizer(self.model, self.cfg)
         if before[1]["state"]:
             self.optimizer.load_state_dict(copy.deepcopy(before[1]))
+        if norm is not None:
+            clip = clip_with(norm.detach().cpu())
+            self.optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
         train_step(self.model, self.optimizer, step, self.cfg)
         return self.probe.drift(self.model, after)
 
@@ -209,6 +244,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         fsdp2, _ = fsdp2_model(cfg, ctx)
         fsdp2_opt = sharded_optimizer(fsdp2, cfg)
     drift, bit_identical, vs_fsdp2, losses, seconds = equivalence.DriftLog(), True, [], [], 0.0
+    same_norm_drift, fsdp2_drift = equivalence.DriftLog(), equivalence.DriftLog()
     bar = tqdm(
         range(cfg.steps),
         desc=f"[rank 0] train (fsdp by hand, {cfg.dtype})",
@@ -228,17 +264,26 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         after = ours.full_state_dict(model)
         watch.after_step(step, losses[-1], after.items())
         if check:
-            value = torch.tensor(
-                [twin.drift(step, before, after) if twin else 0.0], dtype=torch.float64, device=ctx.device
-            )
+            found = [0.0, 0.0, 0.0]
+            if twin:
+                found[0] = twin.drift(step, before, after)
+                if cfg.grad_clip > 0:
+                    found[1] = twin.drift(step, before, after, optimizer.last_norm)
+            if fsdp2 is not None:
+                fsdp2_before = (fsdp2_full(fsdp2), fsdp2_optimizer_state(fsdp2_opt))
+                train_step(fsdp2, fsdp2_opt, step, cfg, ctx.rank, ctx.world_size)
+                fsdp2_after = fsdp2_full(fsdp2)
+                vs_fsdp2.append(max_difference(after, fsdp2_after))
+                if twin:
+                    found[2] = twin.drift(step, fsdp2_before, fsdp2_after)
+            value = torch.tensor(found, dtype=torch.float64, device=ctx.device)
             dist.all_reduce(value, op=dist.ReduceOp.MAX)
-            drift.add(float(value))
+            drift.add(float(value[0]))
+            same_norm_drift.add(float(value[1]))
+            fsdp2_drift.add(float(value[2]))
             digests = [None] * ctx.world_size
             dist.all_gather_object(digests, state_digest(after))
             bit_identical &= len(set(digests)) == 1
-            if fsdp2 is not None:
-                train_step(fsdp2, fsdp2_opt, step, cfg, ctx.rank, ctx.world_size)
-                vs_fsdp2.append(max_difference(after, fsdp2_full(fsdp2)))
         if ctx.is_main:
             bar.set_postfix({"loss": f"{losses[-1]:.4f}", **({"step drift": f"{drift.final:.1e}"} if check else {})})
     bar.close()
@@ -248,6 +293,8 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         "final_loss": losses[-1],
         "seconds_per_step": seconds / cfg.steps,
         "step_drift": drift.summary() if check else None,
+        "step_drift_same_clip_norm": same_norm_drift.summary() if check and cfg.grad_clip > 0 else None,
+        "fsdp2_step_drift": fsdp2_drift.summary() if check and fsdp2 is not None else None,
         "ranks_bit_identical": bit_identical if check else None,
         "max_difference_from_fsdp2": max(vs_fsdp2) if vs_fsdp2 else None,
         "first_step_differing_from_fsdp2": next((i for i, d in enumerate(vs_fsdp2) if d > 0), None),
