@@ -55,6 +55,26 @@ def proofs(r: dict, lang: str) -> str:
         [
             tr(
                 lang,
+                "… the same, the one process clipping with our norm",
+                "… lo mismo, el proceso único recortando con nuestra norma",
+            ),
+            f"{sci(t['step_drift_same_clip_norm']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['step_drift_same_clip_norm']['worst_step']})",
+            "≤ 1e-5",
+            _yes(t["step_drift_same_clip_norm"]["max"] <= 1e-5, lang),
+        ],
+        [
+            tr(
+                lang,
+                "… and PyTorch's FSDP2, in lockstep, against one process",
+                "… y el FSDP2 de PyTorch, al mismo paso, frente a un proceso",
+            ),
+            f"{sci(t['fsdp2_step_drift']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['fsdp2_step_drift']['worst_step']})",
+            "≤ 1e-5",
+            _yes(t["fsdp2_step_drift"]["max"] <= 1e-5, lang),
+        ],
+        [
+            tr(
+                lang,
                 f"step drift against one process, float64, {r['float64']['steps']} steps",
                 f"deriva por paso frente a un proceso, float64, {r['float64']['steps']} pasos",
             ),
@@ -301,8 +321,8 @@ def norms(r: dict, lang: str) -> str:
         [
             tr(
                 lang,
-                "ours: each rank's norm of its shards' norms, one all-reduce",
-                "el nuestro: la norma de las normas de los fragmentos de cada rank, un all-reduce",
+                "ours: one all-reduce of each parameter's squared local norm",
+                "el nuestro: un all-reduce de la norma local al cuadrado de cada parámetro",
             ),
             repr(n["ours"]),
         ],
@@ -317,10 +337,10 @@ def norms(r: dict, lang: str) -> str:
         [
             tr(
                 lang,
-                f"by hand: each of the {n['parameters']} parameters' whole norm first, then the norm of those",
-                f"a mano: primero la norma entera de cada uno de los {n['parameters']} parámetros, después la norma de esas",
+                "one all-reduce of one number: each rank's norm, squared",
+                "un all-reduce de un solo número: la norma de cada rank, al cuadrado",
             ),
-            repr(n["fsdp2_order_by_hand"]) + (" (= FSDP2)" if n["fsdp2_order_reproduced"] else ""),
+            repr(n["one_number"]),
         ],
     ]
     head = [
@@ -330,10 +350,54 @@ def norms(r: dict, lang: str) -> str:
     return _table(head, rows, left=1)
 
 
+def one_number_run(r: dict, lang: str) -> str:
+    """The whole training with the one-number norm (``--clip-norm one-number``): its drift."""
+    t = r["training"]
+    d, f = t["step_drift"], t["fsdp2_step_drift"]
+    norms = t["norms_at_worst_step"]
+    rows = [
+        [
+            tr(
+                lang,
+                "step drift against one process, one-number norm",
+                "deriva por paso frente a un proceso, norma de un solo número",
+            ),
+            f"{sci(d['max'], lang)} ({tr(lang, 'step', 'paso')} {d['worst_step']})",
+        ],
+        [
+            tr(lang, "… the one process clipping with that norm", "… el proceso único recortando con esa norma"),
+            sci(t["step_drift_same_clip_norm"]["max"], lang),
+        ],
+        [
+            tr(lang, "FSDP2 in lockstep against one process", "FSDP2 al mismo paso frente a un proceso"),
+            f"{sci(f['max'], lang)} ({tr(lang, 'step', 'paso')} {f['worst_step']})",
+        ],
+        [
+            tr(
+                lang,
+                f"the norm at step {norms['step']}: ours, one process's, exact (float64)",
+                f"la norma en el paso {norms['step']}: la nuestra, la del proceso único, la exacta (float64)",
+            ),
+            f"{norms['ours']!r}, {norms['one_process']!r}, {num(norms['exact'], lang, 7)}",
+        ],
+    ]
+    head = [
+        tr(
+            lang,
+            f"{t['steps']} AdamW steps, `--clip-norm one-number`",
+            f"{t['steps']} pasos de AdamW, `--clip-norm one-number`",
+        ),
+        tr(lang, "measured", "medido"),
+    ]
+    return _table(head, rows, left=1)
+
+
 SECTIONS = {"proofs": proofs, "norms": norms, "orders": orders, "precision": precision, "speed": speed}
 
 
 def fragment(report: dict, lang: str) -> str:
+    if report["training"].get("clip_norm") == "one-number":  # the variant run: its drift only
+        return f"<!-- --8<-- [start:one-number] -->\n{one_number_run(report, lang)}<!-- --8<-- [end:one-number] -->\n"
     return "".join(
         f"<!-- --8<-- [start:{name}] -->\n{table(report, lang)}<!-- --8<-- [end:{name}] -->\n"
         for name, table in SECTIONS.items()
@@ -402,9 +466,11 @@ def render(json_path: str | Path) -> list[Path]:
     for lang in ("en", "es"):
         text = json_path.with_name(f"{json_path.stem}-{lang}.txt")
         text.write_text(fragment(report, lang))
-        figure = json_path.with_name(f"{json_path.stem}-timeline-{lang}.png")
-        draw_timeline(report, lang, figure)
-        written += [text, figure]
+        written.append(text)
+        if report["training"].get("clip_norm") != "one-number":
+            figure = json_path.with_name(f"{json_path.stem}-timeline-{lang}.png")
+            draw_timeline(report, lang, figure)
+            written.append(figure)
     return written
 
 

@@ -45,6 +45,7 @@ from minigpt.fsdp.sharded_state import MIXED_PRECISION
 from minigpt.fsdp.trace import FSDPTracer
 from minigpt.fsdp.variants import VARIANTS, sharded_optimizer, wrap
 from minigpt.parallel import equivalence, fsdp_by_hand as ours, launch
+from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm_one_number
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm
 
@@ -63,9 +64,24 @@ FLOAT64_TOLERANCE = 1e-12
 # Building the two sharded models
 
 
-def shard_ours(model: torch.nn.Module, setting: str = "implicit", recorder=None, mp=None, group=None):
-    """Our FSDP on MiniGPT with the block policy and a prefetch ``setting`` of :data:`SETTINGS`."""
+CLIP_NORMS = ("per-parameter", "one-number")
+
+
+def shard_ours(
+    model: torch.nn.Module,
+    setting: str = "implicit",
+    recorder=None,
+    mp=None,
+    group=None,
+    clip_norm: str = "per-parameter",
+):
+    """Our FSDP on MiniGPT with the block policy and a prefetch ``setting`` of :data:`SETTINGS`;
+    ``clip_norm="one-number"`` takes the global norm with one all-reduce of one number."""
     unit_class = impl.load("lab04_fsdp", "FSDPUnit")
+    if clip_norm == "one-number":
+        unit_class = type(
+            "OneNumberNormUnit", (unit_class,), {"global_grad_norm": staticmethod(global_grad_norm_one_number)}
+        )
     blocks = list(model.blocks)
     reshard = setting != "no reshard after forward"
     for block in blocks:
@@ -226,8 +242,16 @@ class OneProcess:
         if norm is not None:
             clip = clip_with(norm.detach().cpu())
             self.optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
+        else:  # what train_step does by itself, the norms kept: its own (float32) and the exact one
+            self.optimizer.clip_grad_norm_ = self._clip_and_keep_norms
         train_step(self.model, self.optimizer, step, self.cfg)
         return self.probe.drift(self.model, after)
+
+    def _clip_and_keep_norms(self, max_norm: float) -> torch.Tensor:
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        self.exact_norm = float(torch.nn.utils.get_total_norm([g.double() for g in grads]))
+        self.norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return self.norm
 
 
 def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, check: bool) -> dict:
@@ -235,7 +259,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     from tqdm import tqdm
 
     recorder = ours.Recorder()
-    model = shard_ours(build_model(cfg).to(ctx.device), recorder=recorder)
+    model = shard_ours(build_model(cfg).to(ctx.device), recorder=recorder, clip_norm=args.clip_norm)
     optimizer = optimizer_of(model, cfg)
     watch = Watch(model, cfg)
     twin = OneProcess(cfg, ctx) if check and ctx.is_main else None
@@ -245,6 +269,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         fsdp2_opt = sharded_optimizer(fsdp2, cfg)
     drift, bit_identical, vs_fsdp2, losses, seconds = equivalence.DriftLog(), True, [], [], 0.0
     same_norm_drift, fsdp2_drift = equivalence.DriftLog(), equivalence.DriftLog()
+    worst_norms: dict | None = None
     bar = tqdm(
         range(cfg.steps),
         desc=f"[rank 0] train (fsdp by hand, {cfg.dtype})",
@@ -268,6 +293,13 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
             if twin:
                 found[0] = twin.drift(step, before, after)
                 if cfg.grad_clip > 0:
+                    if found[0] > drift.worst:  # the norms at the worst step so far
+                        worst_norms = {
+                            "step": step,
+                            "ours": float(optimizer.last_norm),
+                            "one_process": float(twin.norm),
+                            "exact": twin.exact_norm,
+                        }
                     found[1] = twin.drift(step, before, after, optimizer.last_norm)
             if fsdp2 is not None:
                 fsdp2_before = (fsdp2_full(fsdp2), fsdp2_optimizer_state(fsdp2_opt))
@@ -295,7 +327,9 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         "step_drift": drift.summary() if check else None,
         "step_drift_same_clip_norm": same_norm_drift.summary() if check and cfg.grad_clip > 0 else None,
         "fsdp2_step_drift": fsdp2_drift.summary() if check and fsdp2 is not None else None,
+        "norms_at_worst_step": worst_norms,  # rank 0's: the twin runs there
         "ranks_bit_identical": bit_identical if check else None,
+        "clip_norm": args.clip_norm,
         "max_difference_from_fsdp2": max(vs_fsdp2) if vs_fsdp2 else None,
         "first_step_differing_from_fsdp2": next((i for i, d in enumerate(vs_fsdp2) if d > 0), None),
         "last_step": _step_record(recorder.steps[-1]),
@@ -352,10 +386,10 @@ def without_clipping(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> d
 
 
 def norm_orders(cfg: TrainConfig, ctx: launch.DistContext) -> dict:
-    """The gradient norm of the first step three ways: ours (each rank's norm of its shards' norms,
-    one all-reduce of its square); FSDP2's (``clip_grad_norm_``'s own ``get_total_norm`` on the
-    sharded gradients); and that same number recomputed by hand in the other order (each
-    parameter's whole norm across the ranks first, then the norm of those)."""
+    """The gradient norm of the first step three ways: ours (one all-reduce of each parameter's
+    squared local norm, then the norm of the whole parameters' norms), FSDP2's
+    (``clip_grad_norm_``'s own ``get_total_norm`` on its sharded gradients), and the variant with
+    one all-reduce of one number (each rank's norm of its pieces' norms, squared)."""
     model = shard_ours(build_model(cfg).to(ctx.device))
     fsdp2, _ = fsdp2_model(cfg, ctx)
     x, y, mask = (
@@ -367,17 +401,14 @@ def norm_orders(cfg: TrainConfig, ctx: launch.DistContext) -> dict:
     model(x, y, mask)[1].backward()
     fsdp2(x, y, mask)[1].backward()
     mine = ours.find_units(model)[0].global_grad_norm(model)
+    one_number = global_grad_norm_one_number(model)
     theirs = torch.nn.utils.get_total_norm([p.grad for p in fsdp2.parameters()]).full_tensor()
-    local = torch.stack([torch.linalg.vector_norm(p.grad.to_local()) for p in fsdp2.parameters()])
-    per_parameter = local.pow(2)
-    dist.all_reduce(per_parameter)
-    by_hand = torch.linalg.vector_norm(per_parameter.pow(0.5))
     return {
         "ours": float(mine),
         "fsdp2": float(theirs),
-        "fsdp2_order_by_hand": float(by_hand),
-        "fsdp2_order_reproduced": bool(by_hand == theirs),
-        "parameters": len(local),
+        "one_number": float(one_number),
+        "ours_equals_fsdp2": bool(mine == theirs),
+        "parameters": sum(1 for p in fsdp2.parameters() if p.grad is not None),
     }
 
 
@@ -537,6 +568,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=10,
         help="--check: steps of the no-clipping and mixed-precision runs",
     )
+    p.add_argument(
+        "--clip-norm",
+        choices=CLIP_NORMS,
+        default="per-parameter",
+        help="the global gradient norm: one all-reduce of one number per parameter (FSDP2's arithmetic) "
+        "or of one number",
+    )
     p.add_argument("--rounds", type=cli.NON_NEGATIVE_INT, default=5, help="--check: speed rounds (0: no timing)")
     p.add_argument(
         "--test-sentences",
@@ -603,6 +641,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             ranks_bit_identical=t["ranks_bit_identical"],
             bytes_fsdp2=fsdp2_bytes["all-gather"] + fsdp2_bytes["reduce-scatter"],
             event_order_matches_fsdp2=all(o["matches_fsdp2"] for o in report["orders"].values()),
+            bit_identical_to_fsdp2=t["max_difference_from_fsdp2"] == 0.0,
             memory_matches_model=all(o["peak_held"] == o["memory_model"]["peak"] for o in report["orders"].values()),
         )
         report["passed"] = bool(
@@ -614,6 +653,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             and report["memory_matches_model"]
             and report["without_clipping"]["bit_identical"]
             and all(v == 0.0 for v in report["checkpoint"]["loaded_at"].values())
+            and (report["bit_identical_to_fsdp2"] or args.clip_norm != "per-parameter")
         )
     report.update(
         torch=torch.__version__,

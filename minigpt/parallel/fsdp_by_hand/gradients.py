@@ -17,10 +17,10 @@ forward ran in bf16). A parameter that got no gradient in this step (unused, or 
 out, on every rank alike, and its shard keeps no ``.grad``, as in one process.
 
 **Clipping.** ``clip_grad_norm_`` must use the norm of the *whole* gradient. Each rank computes
-the norm of its own shards' gradients, one all-reduce sums the squares of the ranks' norms, and
-its square root is the global norm on every rank. The
-largest local norm, or the local norm alone, would clip each rank by a different factor and the
-shards would no longer be pieces of one model's step.
+the norm of its piece of each parameter's gradient, one all-reduce sums their squares over the
+ranks (one number per parameter), and the norm of the square roots is the global norm, the same
+on every rank. The largest local norm, or the local norm alone, would clip each rank by a
+different factor and the shards would no longer be pieces of one model's step.
 """
 
 from __future__ import annotations
@@ -67,32 +67,64 @@ def real_rows(shard: torch.Tensor, rows: int, rank: int, world_size: int) -> tor
     return shard[: max(0, min(shard.shape[0], rows - start))]
 
 
-@torch.no_grad()
-def global_grad_norm(model: nn.Module) -> torch.Tensor:
-    """The 2-norm of the whole gradient of ``model``, the same on every rank (a collective).
-
-    Each rank takes the norm of each of its shards' gradients (padding rows left out), in the
-    model's parameter order, then the norm of those norms: its part. The whole norm is the square root of the sum over ranks of the
-    parts' squares: one all-reduce of one number. (``torch.nn.utils.clip_grad_norm_`` on FSDP2's
-    sharded gradients takes another order: one all-reduce per parameter for its whole norm, then
-    the norm of those. The two results differ in the last bit of a float32 now and then.)
-    """
+def local_norms(model: nn.Module) -> list[torch.Tensor]:
+    """The norm of this rank's piece of each parameter's gradient (padding rows left out), in the
+    model's parameter order; parameters without a gradient are left out."""
     from minigpt.parallel.fsdp_by_hand.api import find_units
 
-    units = find_units(model)
-    sharded = {id(p.shard): (p, unit) for unit in units for p in unit.params}
+    sharded = {id(p.shard): (p, unit) for unit in find_units(model) for p in unit.params}
     norms = []
-    for shard in model.parameters():  # the model's order, as torch's clip_grad_norm_ sums them
+    for shard in model.parameters():
         if shard.grad is None:
             continue
         p, unit = sharded[id(shard)]
         norms.append(torch.linalg.vector_norm(real_rows(shard.grad, p.rows, unit.rank, unit.world_size)))
-    device = next(model.parameters()).device
-    part = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=device)
-    squares = part.pow(2)
-    if units:
-        units[0].record_collective("all-reduce", squares.reshape(1), is_async=False)
-        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=units[0].group)
+    return norms
+
+
+def _group_of(model: nn.Module):
+    from minigpt.parallel.fsdp_by_hand.api import find_units
+
+    units = find_units(model)
+    return units[0] if units else None
+
+
+@torch.no_grad()
+def global_grad_norm(model: nn.Module) -> torch.Tensor:
+    """The 2-norm of the whole gradient of ``model``, the same on every rank (a collective).
+
+    Each rank takes the norm of its piece of each parameter's gradient; one all-reduce sums their
+    squares over the ranks, parameter by parameter (a vector of one number per parameter: 44 for
+    MiniGPT, 176 bytes); the square roots are the whole parameters' norms, and the norm of those
+    is the norm of the whole gradient. This is the arithmetic, in the same order, of
+    ``torch.nn.utils.clip_grad_norm_`` on FSDP2's sharded gradients, so the two agree to the bit
+    (FSDP2 reduces each parameter's norm on its own; the sums are the same).
+    """
+    norms = local_norms(model)
+    unit = _group_of(model)
+    if not norms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    squares = torch.stack(norms).pow(2)
+    if unit is not None:
+        unit.record_collective("all-reduce", squares, is_async=False)
+        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=unit.group)
+    return torch.linalg.vector_norm(squares.pow(0.5))
+
+
+@torch.no_grad()
+def global_grad_norm_one_number(model: nn.Module) -> torch.Tensor:
+    """The same norm with one all-reduce of one number: each rank's norm of its pieces' norms,
+    squared, summed over the ranks, square-rooted. Equal on paper; its last float32 bit differs
+    from FSDP2's (and from one process's) now and then, and Lab 04's page measures what AdamW
+    makes of that over a whole training."""
+    norms = local_norms(model)
+    unit = _group_of(model)
+    if not norms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    squares = torch.linalg.vector_norm(torch.stack(norms)).pow(2)
+    if unit is not None:
+        unit.record_collective("all-reduce", squares.reshape(1), is_async=False)
+        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=unit.group)
     return squares.pow(0.5)
 
 
