@@ -18,6 +18,7 @@ from minigpt.train import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
 REPORTS = {2: "04-fsdp-cpu.json", 4: "04-fsdp-cpu-4.json"}
+ONE_NUMBER = "04-fsdp-cpu-one-number-norm.json"
 PAGES = {"en": ROOT / "lab" / "04-fsdp-from-scratch.md", "es": ROOT / "lab" / "04-fsdp-from-scratch.es.md"}
 
 
@@ -69,6 +70,36 @@ def test_the_numbers_the_prose_states(lang):
     r = report(2)
     last = r["training"]["last_step"]
     assert num(r["bytes_per_rank_per_step"], lang) in text
-    assert last["bytes_by_kind"]["all-reduce"] == 4 and "4 bytes" in text  # clipping's one all-reduce
+    # clipping's one all-reduce: one float32 per parameter (44), sent as a ring sends it on 2 ranks
+    assert last["bytes_by_kind"]["all-reduce"] == 4 * r["norms"]["parameters"] == 176
+    assert ("176 bytes" if lang == "en" else "176 bytes") in text and str(r["norms"]["parameters"]) in text
     steps = r["training"]["steps"]
     assert (f"{steps} AdamW steps" if lang == "en" else f"{steps} pasos de AdamW") in text
+
+
+def test_the_one_number_norm_story():
+    """Section 3's story, measured: with one all-reduce of one number the whole training leaves
+    FSDP2 at once and goes over 1e-5; with the one process clipping with that same
+    norm it stays within; FSDP2 on its own trajectory stays within; FSDP2's order (our default)
+    stays within and equals FSDP2 to the bit."""
+    one_number = json.loads((RESULTS / ONE_NUMBER).read_text())
+    t = one_number["training"]
+    assert t["clip_norm"] == "one-number" and t["steps"] == TrainConfig().steps
+    assert t["first_step_differing_from_fsdp2"] == 0
+    assert (
+        sum(d > 1e-5 for d in [t["step_drift"]["max"]]) == 1
+        and t["step_drift"]["first_step_above_tolerance"] is not None
+    )
+    assert t["step_drift_same_clip_norm"]["max"] <= 1e-5 and t["fsdp2_step_drift"]["max"] <= 1e-5
+    default = report(2)
+    assert default["max_step_drift"] <= 1e-5 and default["bit_identical_to_fsdp2"]
+    assert default["training"]["fsdp2_step_drift"] == default["training"]["step_drift"]
+
+
+def test_the_one_number_fragment_is_its_report_rendered(tmp_path):
+    copy = tmp_path / ONE_NUMBER
+    shutil.copy(RESULTS / ONE_NUMBER, copy)
+    lab04.render(copy)
+    for lang in ("en", "es"):
+        name = f"{copy.stem}-{lang}.txt"
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"re-render {ONE_NUMBER}"

@@ -118,16 +118,18 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
     """Exercise 4.4b: the 2-norm of the *whole* gradient of the sharded ``model``, the same on
     every rank (every rank calls it: a collective).
 
-    ``find_units(model)`` lists the units (the root's first); the shards are
-    ``p.shard`` for ``p`` in ``unit.params``, and ``model.parameters()`` yields the shards too.
-    Each rank takes the norm of its shards' gradients (skip a shard whose ``.grad`` is None; the
-    padding rows, which hold zeros, may be left out with ``real_rows(grad, p.rows, unit.rank,
-    unit.world_size)``) into one local norm. The whole norm is the square root of the *sum over
-    the ranks* of the local norms squared: one ``dist.all_reduce`` (SUM) of one number on
-    ``units[0].group`` (announce it first with ``units[0].record_collective("all-reduce", tensor,
-    is_async=False)``). Return a 0-d tensor.
+    ``find_units(model)`` lists the units (the root's first); for ``p`` in ``unit.params``,
+    ``p.shard`` is a shard, and ``model.parameters()`` yields the shards too, in the model's order.
+    For each shard whose ``.grad`` is not None, in ``model.parameters()`` order, take the norm of
+    this rank's piece (``real_rows(grad, p.rows, unit.rank, unit.world_size)`` leaves the padding
+    rows out). The whole norm of a parameter is the square root of the *sum over the ranks* of
+    its pieces' norms squared, and the norm of the whole gradient is the norm of those. One
+    ``dist.all_reduce`` (SUM) on ``units[0].group`` of the vector of squared piece norms does every
+    parameter at once (announce it first with ``units[0].record_collective("all-reduce", tensor,
+    is_async=False)``). Return a 0-d tensor. (Summing in this order, the norm is FSDP2's to the
+    bit; the lab's page shows what one all-reduce of a single number changes.)
     """
-    raise NotImplementedError("Exercise 4.4: the local norms' squares, summed over ranks with one all-reduce")
+    raise NotImplementedError("Exercise 4.4: the pieces' squared norms, summed over ranks with one all-reduce")
 
 
 def backward_prefetch_targets(post_forward_order: list[str], current: str, depth: int = 1) -> list[str]:
