@@ -40,7 +40,7 @@ def proofs(r: dict, lang: str) -> str:
     t, n = r["training"], r["world_size"]
     drift = t["step_drift"]
     ck = r["checkpoint"]
-    loads = ", ".join(f"{w}: {sci(d, lang)}" for w, d in ck["loaded_at"].items())
+    loads = ", ".join(f"{w}: {_sci0(d, lang)}" for w, d in ck["loaded_at"].items())
     rows = [
         [
             tr(
@@ -138,7 +138,7 @@ def proofs(r: dict, lang: str) -> str:
                 "with clipping, largest weight difference from FSDP2",
                 "con recorte, mayor diferencia de pesos con FSDP2",
             ),
-            sci(t["max_difference_from_fsdp2"], lang),
+            _sci0(t["max_difference_from_fsdp2"], lang),
             tr(lang, "(measured)", "(medida)"),
             "",
         ],
@@ -173,23 +173,19 @@ def proofs(r: dict, lang: str) -> str:
 
 
 def _gathers(schedule: list[str]) -> str:
-    """ "R 0 1 2 3 | 3 2 1 0": the units all-gathered, forward | backward."""
-    names, backward = [], False
-    for item in schedule:
-        what, unit = item.split(" ", 1)
-        if what == "backward" and not backward:
-            backward = True
-        if what == "all-gather":
-            names.append(
-                ("|" if backward and "|" not in names else "") + ("R" if unit == "root" else unit.split(".")[-1])
-            )
-    out = []
-    for name in names:
-        if name.startswith("|"):
-            out.append("\\|")
-            name = name[1:]
-        out.append(name)
-    return " ".join(out)
+    """ "R 0 1 2 3 \\| 3 2 1 0": the units all-gathered in forward \\| in backward (backward's
+    begin after the last block's forward)."""
+    last_forward = max(i for i, item in enumerate(schedule) if item.startswith("forward "))
+
+    def names(items: list[str]) -> list[str]:
+        units = [item.split(" ", 1)[1] for item in items if item.startswith("all-gather ")]
+        return ["R" if u == "root" else u.split(".")[-1] for u in units]
+
+    return " ".join([*names(schedule[:last_forward]), "\\|", *names(schedule[last_forward:])])
+
+
+def _sci0(x: float, lang: str) -> str:
+    return "0" if x == 0 else sci(x, lang)
 
 
 def orders(r: dict, lang: str) -> str:
@@ -241,7 +237,7 @@ def precision(r: dict, lang: str) -> str:
                 num(m["bytes_model"], lang),
                 sci(m["weight_drift"], lang),
                 sci(m["fsdp2_weight_drift"], lang),
-                sci(m["max_difference_from_fsdp2"], lang),
+                _sci0(m["max_difference_from_fsdp2"], lang),
                 _yes(nc["recipes"][name]["bit_identical"], lang),
             ]
         )
