@@ -15,9 +15,9 @@ from minigpt.pages.lang import num, pct, sci, tr
 
 SETTING_NAMES = {
     "implicit": ("implicit (FSDP2's default)", "implícita (la de FSDP2)"),
-    "forward prefetch 1": ("forward prefetch, 1 unit", "precarga en el forward, 1 unidad"),
-    "backward prefetch 2": ("backward prefetch, 2 units", "precarga en el backward, 2 unidades"),
-    "no reshard after forward": ("no reshard after forward", "sin refragmentar tras el forward"),
+    "forward prefetch 1": ("forward prefetch, 1 unit", "precarga en la pasada hacia delante, 1 unidad"),
+    "backward prefetch 2": ("backward prefetch, 2 units", "precarga en la pasada hacia atrás, 2 unidades"),
+    "no reshard after forward": ("no reshard after forward", "sin refragmentar tras la pasada hacia delante"),
 }
 RECIPE_NAMES = {
     "fp32": ("fp32", "fp32"),
@@ -206,7 +206,7 @@ def orders(r: dict, lang: str) -> str:
                     lang,
                     m["where"],
                     m["where"]
-                    .replace("backward of block", "backward del bloque")
+                    .replace("backward of block", "pasada hacia atrás del bloque")
                     .replace("forward", "forward")
                     .replace("end", "final"),
                 ),
