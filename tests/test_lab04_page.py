@@ -113,3 +113,9 @@ def test_the_one_number_fragment_is_its_report_rendered(tmp_path):
     for lang in ("en", "es"):
         name = f"{copy.stem}-{lang}.txt"
         assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"re-render {ONE_NUMBER}"
+
+
+def test_the_size_the_page_gives_our_fsdp():
+    lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "minigpt" / "parallel" / "fsdp_by_hand").glob("*.py"))
+    assert lines < 1000, lines
+    assert "under\n1,000 lines" in PAGES["en"].read_text() and "menos de 1000 líneas" in PAGES["es"].read_text()
