@@ -29,6 +29,9 @@ Both uses add into the one shard's gradient on this rank, as the tied matrix doe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -37,6 +40,7 @@ from torch.nn import functional as F
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import comm
 from minigpt.parallel.tensor_parallel.comm import Group
+from minigpt.parallel.tensor_parallel.kit import Kit, reference_kit
 
 
 def padded_vocab_size(vocab_size: int, tp: int) -> int:
@@ -58,6 +62,36 @@ def shard_rows(weight: torch.Tensor, tp: int, rank: int, parts: int = 1, what: s
     return torch.cat(pieces).detach().clone()
 
 
+def column_slice(
+    weight: torch.Tensor, bias: torch.Tensor | None, tp: int, rank: int, parts: int = 1
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rank ``rank``'s share of a ``Linear`` cut by **output features** (column-parallel): its rows
+    of the ``(out, in)`` weight and the same entries of the bias, from each of ``parts`` equal parts
+    (``parts=3`` for a fused ``[q | k | v]``). New tensors, not views."""
+    w = shard_rows(weight, tp, rank, parts, "output features")
+    b = None if bias is None else shard_rows(bias, tp, rank, parts, "output features")
+    return w, b
+
+
+def row_slice(
+    weight: torch.Tensor, bias: torch.Tensor | None, tp: int, rank: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rank ``rank``'s share of a ``Linear`` cut by **input features** (row-parallel): its columns
+    of the ``(out, in)`` weight, ``(out, in / tp)``; the bias whole (added once, after the sum)."""
+    w = shard_rows(weight.t(), tp, rank, 1, "input features").t().contiguous()
+    return w, None if bias is None else bias.detach().clone()
+
+
+def row_parallel_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """A row-parallel layer's output: ``reduce`` (the sum over the group) of this rank's partial
+    product ``x W_r^T``, then the bias, **once**: added before ``reduce``, it would be summed ``tp``
+    times."""
+    y = reduce(F.linear(x, weight))
+    return y if bias is None else y + bias
+
+
 class ColumnParallelLinear(nn.Module):
     """``y_r = x W_r^T (+ b_r)``: this rank's slice of the output features.
 
@@ -72,25 +106,28 @@ class ColumnParallelLinear(nn.Module):
         group: Group = None,
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
+        kit: Kit | None = None,
     ):
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
+        self.kit = reference_kit() if kit is None else kit
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Group = None, parts: int = 1, **kwargs) -> ColumnParallelLinear:
+    def from_linear(
+        cls, linear: nn.Linear, group: Group = None, parts: int = 1, kit: Kit | None = None, **kwargs
+    ) -> ColumnParallelLinear:
         """Slice a whole ``nn.Linear`` by output features (``parts`` equal parts sliced each)."""
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
-        weight = shard_rows(linear.weight, tp, rank, parts, "output features")
-        bias = None if linear.bias is None else shard_rows(linear.bias, tp, rank, parts, "output features")
-        return cls(weight, bias, group, **kwargs)
+        weight, bias = (kit or reference_kit()).column_slice(linear.weight, linear.bias, tp, rank, parts)
+        return cls(weight, bias, group, kit=kit, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_parallel:
             x = comm.gather_from_sequence(x, self.group, self.counter)
         else:
-            x = comm.copy_to_tp(x, self.group, self.counter)
+            x = self.kit.copy_to_tp(x, self.group, self.counter)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -108,27 +145,27 @@ class RowParallelLinear(nn.Module):
         group: Group = None,
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
+        kit: Kit | None = None,
     ):
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
+        self.kit = reference_kit() if kit is None else kit
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Group = None, **kwargs) -> RowParallelLinear:
+    def from_linear(cls, linear: nn.Linear, group: Group = None, kit: Kit | None = None, **kwargs) -> RowParallelLinear:
         """Slice a whole ``nn.Linear`` by input features; the bias is copied whole."""
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
-        weight = shard_rows(linear.weight.t(), tp, rank, 1, "input features").t().contiguous()
-        bias = None if linear.bias is None else linear.bias.detach().clone()
-        return cls(weight, bias, group, **kwargs)
+        weight, bias = (kit or reference_kit()).row_slice(linear.weight, linear.bias, tp, rank)
+        return cls(weight, bias, group, kit=kit, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = F.linear(x, self.weight)  # one term of the sum, no bias yet
         if self.sequence_parallel:
-            y = comm.reduce_scatter_to_sequence(partial, self.group, self.counter)
+            reduce = partial(comm.reduce_scatter_to_sequence, group=self.group, counter=self.counter)
         else:
-            y = comm.reduce_from_tp(partial, self.group, self.counter)
-        return y if self.bias is None else y + self.bias
+            reduce = partial(self.kit.reduce_from_tp, group=self.group, counter=self.counter)
+        return self.kit.row_parallel_linear(x, self.weight, self.bias, reduce)
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -144,6 +181,7 @@ class VocabParallelEmbedding(nn.Module):
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
         padded: int | None = None,
+        kit: Kit | None = None,
     ):
         super().__init__()
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -162,23 +200,24 @@ class VocabParallelEmbedding(nn.Module):
             shard[: stop - self.start] = full_weight.detach()[self.start : stop]
         self.weight = nn.Parameter(shard)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
+        self.kit = reference_kit() if kit is None else kit
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids ``(B, T)`` -> embeddings ``(B, T, C)`` (``(B, T/tp, C)`` with sequence parallelism)."""
         local = idx - self.start
         outside = (local < 0) | (local >= self.per_rank)
-        partial = F.embedding(local.masked_fill(outside, 0), self.weight)
-        partial = partial.masked_fill(outside.unsqueeze(-1), 0.0)  # rows another rank holds
+        looked_up = F.embedding(local.masked_fill(outside, 0), self.weight)
+        looked_up = looked_up.masked_fill(outside.unsqueeze(-1), 0.0)  # rows another rank holds
         if self.sequence_parallel:
-            return comm.reduce_scatter_to_sequence(partial, self.group, self.counter)
-        return comm.reduce_from_tp(partial, self.group, self.counter)
+            return comm.reduce_scatter_to_sequence(looked_up, self.group, self.counter)
+        return self.kit.reduce_from_tp(looked_up, self.group, self.counter)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The tied output layer: ``(B, T, C)`` (or ``(B, T/tp, C)``) -> this rank's logits ``(B, T, padded/tp)``."""
         if self.sequence_parallel:
             x = comm.gather_from_sequence(x, self.group, self.counter)
         else:
-            x = comm.copy_to_tp(x, self.group, self.counter)
+            x = self.kit.copy_to_tp(x, self.group, self.counter)
         return F.linear(x, self.weight)
 
 

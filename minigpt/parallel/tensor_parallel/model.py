@@ -43,13 +43,13 @@ from minigpt.model import MiniGPT, causal_mask
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import comm
 from minigpt.parallel.tensor_parallel.comm import Group
+from minigpt.parallel.tensor_parallel.kit import Kit, reference_kit
 from minigpt.parallel.tensor_parallel.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
     masked_mean_per_sentence,
     padded_vocab_size,
-    vocab_parallel_cross_entropy,
 )
 
 
@@ -136,7 +136,8 @@ class TPMiniGPT(nn.Module):
 
     ``forward(idx, targets, loss_mask)`` returns this rank's logit slice ``(B, T, padded/tp)`` and
     the same masked per-sentence loss as :func:`minigpt.model.masked_loss` on every rank.
-    ``counter`` receives the bytes of every collective (default :data:`.comm.COUNTER`).
+    ``counter`` receives the bytes of every collective (default :data:`.comm.COUNTER`); ``kit``
+    (default :func:`~.kit.reference_kit`) supplies the pieces the learner writes in Lab 05.
     Raises ValueError when tp does not divide the heads, the MLP width or the (padded) vocabulary."""
 
     def __init__(
@@ -146,6 +147,7 @@ class TPMiniGPT(nn.Module):
         sequence_parallel: bool = False,
         counter: ByteCounter | None = None,
         pad_vocab: bool = True,
+        kit: Kit | None = None,
     ):
         super().__init__()
         cfg = model.config
@@ -159,7 +161,8 @@ class TPMiniGPT(nn.Module):
             raise ValueError(f"tp={tp} does not divide the vocabulary of {padded} rows; use pad_vocab=True")
         self.config, self.group, self.counter, self.tp = cfg, group, counter, tp
         self.rank, self.sequence_parallel = dist.get_rank(group), sequence_parallel
-        kw = dict(counter=counter, sequence_parallel=sequence_parallel)
+        self.kit = reference_kit() if kit is None else kit
+        kw = dict(counter=counter, sequence_parallel=sequence_parallel, kit=self.kit)
         self.wte = VocabParallelEmbedding(model.wte.weight, group, padded=padded, **kw)
         self.wpe = nn.Embedding.from_pretrained(model.wpe.weight.detach().clone(), freeze=False)
         self.blocks = nn.ModuleList(TPBlock(b, cfg.n_head, cfg.block_size, group, **kw) for b in model.blocks)
@@ -182,7 +185,7 @@ class TPMiniGPT(nn.Module):
             return logits, None
         if loss_mask is None:
             loss_mask = torch.ones_like(targets, dtype=torch.bool)
-        per_token = vocab_parallel_cross_entropy(
+        per_token = self.kit.vocab_parallel_cross_entropy(
             logits, targets, self.wte.start, self.config.vocab_size, self.group, self.counter
         )
         return logits, masked_mean_per_sentence(per_token, loss_mask)

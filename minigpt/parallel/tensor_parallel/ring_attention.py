@@ -51,6 +51,7 @@ import torch.distributed as dist
 
 from minigpt.parallel.ring import ByteCounter, exchange, ring_position
 from minigpt.parallel.tensor_parallel.comm import Group
+from minigpt.parallel.tensor_parallel.kit import Kit, reference_kit
 
 # The counter of ring attention's transfers in this process, unless one is passed in.
 COUNTER = ByteCounter()
@@ -84,6 +85,37 @@ def merge_sequence(slices: list[torch.Tensor], load_balanced: bool = False, dim:
     order = torch.cat([positions(seq_len, cp, r, load_balanced) for r in range(cp)])
     joined = torch.cat(slices, dim=dim)
     return joined.index_select(dim, torch.argsort(order).to(joined.device))
+
+
+def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Which keys each query of a block pair may see: ``(len(q_pos), len(k_pos))`` booleans, True
+    where the key's **global** position is at most the query's. (With local positions every pair
+    would get the diagonal block's triangle: a later query would miss all of an earlier block.)"""
+    return k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)
+
+
+def online_softmax_step(
+    m: torch.Tensor | None,
+    total: torch.Tensor | None,
+    acc: torch.Tensor | None,
+    scores: torch.Tensor,
+    v: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Merge one key/value block into the running softmax of each query row.
+
+    ``m`` ``(..., Tq)`` the running maximum, ``total`` ``(..., Tq)`` the running sum of
+    ``exp(score - m)``, ``acc`` ``(..., Tq, D)`` the running ``sum exp(score - m) v``; all three None
+    before the first block. ``scores`` ``(..., Tq, Tk)`` (masked entries ``-inf``; every row of the
+    first block has a finite one), ``v`` ``(..., Tk, D)``. Returns the new ``(m, total, acc)``: the
+    maximum moves to ``m' = max(m, max scores)`` and the old sums are rescaled by ``exp(m - m')``
+    before this block's terms are added. The maximum is detached (a shift the softmax ignores)."""
+    block_max = scores.detach().amax(dim=-1)
+    m_new = block_max if m is None else torch.maximum(m, block_max)
+    p = torch.exp(scores - m_new.unsqueeze(-1))  # masked entries: exp(-inf) = 0
+    if m is None:
+        return m_new, p.sum(dim=-1), p @ v
+    rescale = torch.exp(m - m_new)
+    return m_new, total * rescale + p.sum(dim=-1), acc * rescale.unsqueeze(-1) + p @ v
 
 
 class _KVRing(torch.autograd.Function):
@@ -123,6 +155,7 @@ def ring_attention(
     counter: ByteCounter | None = None,
     load_balanced: bool = False,
     computed: list[int] | None = None,
+    kit: Kit | None = None,
 ) -> torch.Tensor:
     """Causal attention of this rank's queries over the whole sequence.
 
@@ -130,8 +163,10 @@ def ring_attention(
     ``load_balanced`` layout). Returns ``(B, H, T/cp, D)``: this rank's rows of
     ``softmax(q k^T / sqrt(D) + causal mask) v``. ``counter`` (default :data:`COUNTER`) receives the
     bytes sent, forward and backward. ``computed``, when given, receives the rank owning each K/V
-    block this rank multiplied with (the skipped, fully masked pairs are absent)."""
+    block this rank multiplied with (the skipped, fully masked pairs are absent). ``kit`` (default
+    the reference) supplies :func:`block_mask` and :func:`online_softmax_step`."""
     counter = COUNTER if counter is None else counter
+    kit = reference_kit() if kit is None else kit
     cp, rank = dist.get_world_size(group), dist.get_rank(group)
     local = q.shape[2]
     if k.shape != q.shape or v.shape != q.shape:
@@ -143,25 +178,15 @@ def ring_attention(
     m = total = acc = None
     for j in range(cp):
         owner = (rank - j) % cp
-        k_pos = positions(seq_len, cp, owner, load_balanced).to(q.device)
-        visible = k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)  # (T/cp, T/cp)
+        visible = kit.block_mask(q_pos, positions(seq_len, cp, owner, load_balanced).to(q.device))
         if not visible.any():
             continue  # every key of this block comes after every query: nothing to compute
         if computed is not None:
             computed.append(owner)
-        kj, vj = blocks[j, 0], blocks[j, 1]
-        scores = (q @ kj.transpose(-2, -1)) * scale
-        scores = scores.masked_fill(~visible, float("-inf"))
-        block_max = scores.detach().amax(dim=-1)
-        m_new = block_max if m is None else torch.maximum(m, block_max)
-        p = torch.exp(scores - m_new.unsqueeze(-1))  # masked entries: exp(-inf) = 0
-        if m is None:
-            total, acc = p.sum(dim=-1), p @ vj
-        else:
-            rescale = torch.exp(m - m_new)
-            total = total * rescale + p.sum(dim=-1)
-            acc = acc * rescale.unsqueeze(-1) + p @ vj
-        m = m_new
+        scores = (q @ blocks[j, 0].transpose(-2, -1)) * scale
+        m, total, acc = kit.online_softmax_step(
+            m, total, acc, scores.masked_fill(~visible, float("-inf")), blocks[j, 1]
+        )
     return acc / total.unsqueeze(-1)
 
 
