@@ -72,6 +72,16 @@ REFERENCE: dict[str, dict[str, str]] = {
         "backward_prefetch_targets": "minigpt.parallel.fsdp_by_hand.prefetch:backward_prefetch_targets",
         "FSDPUnit": "minigpt.parallel.fsdp_by_hand.unit:FSDPUnit",
     },
+    "lab05_tensor_parallel": {
+        "column_slice": "minigpt.parallel.tensor_parallel.layers:column_slice",
+        "row_slice": "minigpt.parallel.tensor_parallel.layers:row_slice",
+        "row_parallel_linear": "minigpt.parallel.tensor_parallel.layers:row_parallel_linear",
+        "copy_to_tp": "minigpt.parallel.tensor_parallel.comm:copy_to_tp",
+        "reduce_from_tp": "minigpt.parallel.tensor_parallel.comm:reduce_from_tp",
+        "vocab_parallel_cross_entropy": "minigpt.parallel.tensor_parallel.layers:vocab_parallel_cross_entropy",
+        "online_softmax_step": "minigpt.parallel.tensor_parallel.ring_attention:online_softmax_step",
+        "block_mask": "minigpt.parallel.tensor_parallel.ring_attention:block_mask",
+    },
 }
 
 
@@ -105,6 +115,10 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("reduce_gradients", "global_grad_norm", "FSDPUnit.reduce_gradients", "FSDPUnit.global_grad_norm"),
     ),
     "4.5": ("lab04_fsdp", ("backward_prefetch_targets", "FSDPUnit.backward_prefetch_targets")),
+    "5.1": ("lab05_tensor_parallel", ("column_slice", "row_slice", "row_parallel_linear")),
+    "5.2": ("lab05_tensor_parallel", ("copy_to_tp", "reduce_from_tp")),
+    "5.3": ("lab05_tensor_parallel", ("vocab_parallel_cross_entropy",)),
+    "5.4": ("lab05_tensor_parallel", ("online_softmax_step", "block_mask")),
 }
 
 

@@ -33,7 +33,7 @@ from tests import limits
 from tests.limits import limit
 from tests.words import say
 
-pytest_plugins = ["tests.ranks"]  # the Lab 01, 02 and 04 launches (fixtures ranks, zero1, fsdp_scratch)
+pytest_plugins = ["tests.ranks"]  # the Lab 01, 02, 04 and 05 launches (ranks, zero1, fsdp_scratch, tp_scratch)
 
 LAB_TITLES = {lab: titles["en"] for lab, titles in grader.catalog()["labs"].items()}  # minigpt/exercises.toml
 
@@ -226,6 +226,13 @@ def lab04(impl_name: str) -> _Exercises:
     """Lab 04's functions (shard_rows, gather_rows, unit_parameters, reduce_gradients,
     global_grad_norm, backward_prefetch_targets, FSDPUnit) under test."""
     return _Exercises("lab04_fsdp", impl_name)
+
+
+@pytest.fixture
+def lab05(impl_name: str) -> _Exercises:
+    """Lab 05's functions (column_slice, row_slice, row_parallel_linear, copy_to_tp, reduce_from_tp,
+    vocab_parallel_cross_entropy, online_softmax_step, block_mask) under test."""
+    return _Exercises("lab05_tensor_parallel", impl_name)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -1,4 +1,4 @@
-"""The multi-process launches that the graded tests of Labs 01, 02 and 04 read, one per session each
+"""The multi-process launches that the graded tests of Labs 01, 02, 04 and 05 read, one per session each
 (importing torch is the slow part of a rank), registered as fixtures by ``conftest.py``.
 
 A launch runs only the scenarios the collected tests need: each scenario of a worker carries the
@@ -78,6 +78,12 @@ def zero1(request: pytest.FixtureRequest) -> Launch:
 def fsdp_scratch(request: pytest.FixtureRequest) -> Launch:
     """Lab 04's launch (tests/fsdp_scratch_worker.py), on 2 ranks."""
     return launch(request, "fsdp_scratch_worker", 2, wanted(request.session, "fsdp_scratch"), limit(120))
+
+
+@pytest.fixture(scope="session")
+def tp_scratch(request: pytest.FixtureRequest) -> Launch:
+    """Lab 05's launch (tests/tp_scratch_worker.py), on 2 ranks."""
+    return launch(request, "tp_scratch_worker", 2, wanted(request.session, "tp_scratch"), limit(120))
 
 
 # the rank's last error -> the usual cause, in both languages

@@ -31,6 +31,7 @@ LABS = {
     "02": "ZeRO simulator",
     "03": "FSDP prefetch",
     "04": "FSDP from scratch",
+    "05": "Tensor and context parallelism",
 }
 PITFALLS = ROOT / "tests" / "pitfalls"
 
@@ -168,7 +169,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     mistake costs exactly the tests written to catch it, and the lab's end-to-end test when it
     changes what training computes (Lab 01's four mistakes leave a 2-rank MiniGPT run right; Lab
     04's wrong prefetch computes the same weights but gathers a freed unit again, and the
-    end-to-end test counts the bytes of a step)."""
+    end-to-end test counts the bytes of a step); for Lab 05 the row-parallel bias added on every rank
+    before the sum, f's all-reduce moved into forward (f written as g), an online softmax that does
+    not rescale the old sums when the maximum moves, and a block mask on local positions (every
+    block pair gets the diagonal triangle)."""
     report = grade(monkeypatch, PITFALLS)
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -205,6 +209,13 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_backward_prefetch_targets": 2,
         "test_prefetch_on_two_ranks_follows_fsdp2_order": 1,
         "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
+        "test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once": 3,
+        "test_f_is_the_identity_forward_and_sums_the_gradients_backward": 2,
+        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+        "test_online_softmax_merges_blocks_into_one_softmax": 2,
+        "test_block_mask_compares_global_positions": 2,
+        "test_all_together_your_tensor_parallel_minigpt_equals_one_process": 2,
+        "test_all_together_your_ring_attention_equals_full_causal_attention": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the usual cause, not "it crashed"
@@ -263,6 +274,18 @@ def test_an_unpadded_reduce_scatter_loses_its_points(monkeypatch):
     assert lost(report) == {
         "test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2,
         "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
+    }, report.text
+
+
+def test_an_f_without_its_backward_all_reduce_loses_its_points(monkeypatch):
+    """tests/pitfalls/unreduced_tp/: f the identity both ways, so each rank keeps only its own share
+    of the input's gradient. The forward is right; the test of f, the MLP's input gradient and the
+    end-to-end model's gradients catch it, and ring attention (no f in it) keeps its points."""
+    report = grade(monkeypatch, PITFALLS / "unreduced_tp", lab="05")
+    assert lost(report) == {
+        "test_f_is_the_identity_forward_and_sums_the_gradients_backward": 2,
+        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+        "test_all_together_your_tensor_parallel_minigpt_equals_one_process": 2,
     }, report.text
 
 

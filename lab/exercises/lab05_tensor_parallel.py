@@ -1,0 +1,201 @@
+"""Lab 05 exercises: tensor and context parallelism.
+
+Fill in the four pieces, then grade yourself:
+
+    make grade LAB=05          # this lab: points per exercise, one line per lost point
+    make grade EX=5.2          # one exercise (the reference stands in for the others)
+    make grade LAB=05 LANG=es  # el informe en español
+
+The reference is the package ``minigpt/parallel/tensor_parallel/``; try not to peek. The layers
+(``ColumnParallelLinear``, ``RowParallelLinear``, ``VocabParallelEmbedding``), the model
+``TPMiniGPT`` and ``ring_attention`` are written: they take a *kit* of the pieces below
+(``minigpt.parallel.tensor_parallel.kit.kit_for("exercises")`` builds it from this file), so a
+model built with your kit runs your code at every place these pieces are used.
+
+Conventions: PyTorch's ``nn.Linear`` keeps its weight as ``(out_features, in_features)`` and
+computes ``y = x W^T + b``. A tensor-parallel group has ``tp`` ranks; ``group=None`` is the default
+process group. Two helpers of the scaffold do the communication for you, on Lab 01's ring, and count
+the bytes they send in ``counter`` (a ``ByteCounter``, or None for the module's own counter):
+
+* ``comm.all_reduce(x, group, counter)``: the sum of ``x`` over the group, as a new tensor (no
+  autograd: it detaches its input);
+* ``comm.all_reduce_max(x, group, counter)``: the element-wise maximum over the group, the same way.
+
+Every rank of the group must call a collective, in the same order, the same number of times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist  # noqa: F401
+from torch.nn import functional as F  # noqa: F401
+
+from minigpt.parallel.ring import ByteCounter
+from minigpt.parallel.tensor_parallel import comm  # noqa: F401  (comm.all_reduce, comm.all_reduce_max)
+from minigpt.parallel.tensor_parallel.comm import Group
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5.1: cutting a Linear
+
+
+def column_slice(
+    weight: torch.Tensor, bias: torch.Tensor | None, tp: int, rank: int, parts: int = 1
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Exercise 5.1a: rank ``rank``'s share of a ``Linear`` cut by **output features** (column-parallel).
+
+    ``weight`` is ``(out, in)``, ``bias`` ``(out,)`` or None. The output features are first split
+    into ``parts`` equal consecutive parts (``parts=3`` for MiniGPT's fused ``[q | k | v]``
+    projection, ``out = 3 C``), and each part is cut by itself into ``tp`` equal runs of rows: rank
+    r keeps run r of every part, concatenated in part order, ``(out / tp, in)``, and the same entries
+    of the bias, ``(out / tp,)`` (None stays None). So with ``parts=3`` a rank keeps the same heads
+    of q, k and v. Raise ValueError when ``tp`` does not divide the rows of a part (or ``parts``
+    does not divide ``out``). Return new tensors (``.clone()``), not views of ``weight``.
+    """
+    raise NotImplementedError("Exercise 5.1: keep this rank's rows of each part of the weight, and of the bias")
+
+
+def row_slice(
+    weight: torch.Tensor, bias: torch.Tensor | None, tp: int, rank: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Exercise 5.1b: rank ``rank``'s share of a ``Linear`` cut by **input features** (row-parallel).
+
+    ``weight`` is ``(out, in)``: rank r keeps columns ``[r in/tp, (r+1) in/tp)``, ``(out, in / tp)``,
+    as a new contiguous tensor (not a view). The bias ``(out,)`` is not cut: return a copy of it
+    whole (None stays None); it is added once, after the sum over the ranks (see
+    :func:`row_parallel_linear`). Raise ValueError when ``tp`` does not divide ``in``.
+    """
+    raise NotImplementedError("Exercise 5.1: keep this rank's columns of the weight, and the bias whole")
+
+
+def row_parallel_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """Exercise 5.1c: the output of a row-parallel layer on this rank.
+
+    ``x`` ``(..., in / tp)`` is this rank's slice of the input features (the output of a
+    column-parallel layer), ``weight`` ``(out, in / tp)`` this rank's columns (:func:`row_slice`),
+    ``bias`` ``(out,)`` whole, or None. This rank's product ``x W_r^T`` is one term of the full
+    ``x W^T``; ``reduce`` is a function the layer hands you that returns the sum of its argument
+    over the ranks of the group (it is ``reduce_from_tp``, or a reduce-scatter with sequence
+    parallelism; autograd goes through it). Call it exactly once, on this rank's term, and return
+    ``(..., out)``: the full ``x W^T + b``, with the bias counted once.
+    """
+    raise NotImplementedError("Exercise 5.1: reduce this rank's partial product once, then add the bias once")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5.2: Megatron's f and g
+
+
+def copy_to_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None = None) -> torch.Tensor:
+    """Exercise 5.2a: "f", placed before a column-parallel layer whose input every rank holds whole.
+
+    Forward: the identity (every rank already holds the same ``x``; return it as a new tensor or
+    ``x.view_as(x)``, without communication). Backward: each rank computed only its share of
+    ``x``'s gradient (through its own columns of the next weight), so the gradient that flows back
+    into ``x`` is the **sum over the group** of the incoming gradients: ``comm.all_reduce(grad,
+    group, counter)``.
+
+    Write it as a ``torch.autograd.Function`` (``forward(ctx, x, group, counter)`` and
+    ``backward(ctx, grad)``, which returns one gradient per input of forward: ``grad_x, None,
+    None``; keep ``group`` and ``counter`` on ``ctx``) and return ``YourFunction.apply(x, group,
+    counter)``. Same shape and dtype as ``x``.
+    """
+    raise NotImplementedError("Exercise 5.2: f: the identity forward, an all-reduce of the gradient backward")
+
+
+def reduce_from_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None = None) -> torch.Tensor:
+    """Exercise 5.2b: "g", placed after a row-parallel layer, whose output on each rank is one term
+    of a sum.
+
+    Forward: the **sum over the group** of ``x`` (``comm.all_reduce(x, group, counter)``). Backward:
+    the identity (the gradient of a sum reaches every term unchanged; no communication).
+
+    Write it as a ``torch.autograd.Function`` too (``backward`` returns ``grad, None, None``) and
+    return ``YourFunction.apply(x, group, counter)``. Same shape and dtype as ``x``.
+    """
+    raise NotImplementedError("Exercise 5.2: g: an all-reduce forward, the identity backward")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5.3: the loss from a slice of the vocabulary
+
+
+def vocab_parallel_cross_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    start: int,
+    vocab_size: int,
+    group: Group = None,
+    counter: ByteCounter | None = None,
+) -> torch.Tensor:
+    """Exercise 5.3: the per-token cross-entropy from this rank's slice of the vocabulary.
+
+    ``logits`` ``(B, T, V_r)`` are this rank's logits: the vocabulary columns ``[start, start +
+    V_r)`` (rank r: ``start = r * V_r``; the vocabulary is padded to a multiple of tp, so the last
+    rank's last columns may be at or past ``vocab_size``: they are padding, no word, and must be
+    ignored, as if their logit were ``-inf``, whatever value they hold). ``targets`` ``(B, T)`` are
+    token ids in ``[0, vocab_size)``; a target lives on exactly one rank.
+
+    Return the loss of every token, ``(B, T)``, the same on every rank:
+    ``log sum_j exp(z_j) - z_target`` over the whole (true) vocabulary, equal to
+    ``F.cross_entropy(all_logits.transpose(1, 2), targets, reduction="none")`` in one process, without
+    ever gathering the ``V`` logits. Subtract the global maximum first (``comm.all_reduce_max`` of
+    each row's local maximum), then all-reduce the sum of exponentials and the target's logit (0 on
+    the ranks that do not hold it; both in one ``comm.all_reduce`` of a stacked tensor if you like).
+
+    The gradient must reach ``logits``: write a ``torch.autograd.Function`` whose backward gives
+    ``d loss / d logits = (softmax(z) - onehot(target)) * grad.unsqueeze(-1)`` on this rank's columns
+    only (0 in the padding columns), with no communication; or build the loss from differentiable
+    operations so that autograd finds that gradient (the helpers detach: what comes back from a
+    collective carries no gradient).
+    """
+    raise NotImplementedError(
+        "Exercise 5.3: per-token loss from this rank's vocabulary slice: all-reduce the max, then the sums"
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5.4: ring attention's pieces
+
+
+def online_softmax_step(
+    m: torch.Tensor | None,
+    total: torch.Tensor | None,
+    acc: torch.Tensor | None,
+    scores: torch.Tensor,
+    v: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exercise 5.4a: merge one key/value block into the running softmax of each query row.
+
+    The running state of each query row: ``m`` ``(..., Tq)`` the maximum score seen so far, ``total``
+    ``(..., Tq)`` the sum of ``exp(score - m)`` so far, ``acc`` ``(..., Tq, D)`` the sum of
+    ``exp(score - m) * v`` so far; all three are None before the first block. The new block:
+    ``scores`` ``(..., Tq, Tk)`` (masked entries are ``-inf``; every row of the first block has a
+    finite one) and its values ``v`` ``(..., Tk, D)``.
+
+    Return the new ``(m, total, acc)``: the maximum moves to ``m' = max(m, max_k scores)``, the old
+    ``total`` and ``acc`` are rescaled by ``exp(m - m')`` (they were sums of ``exp(score - m)``), then
+    this block's ``exp(scores - m')`` and ``exp(scores - m') @ v`` are added. After the last block
+    ``acc / total.unsqueeze(-1)`` is ``softmax(all scores) @ all v``, exactly. Take the block's
+    maximum from ``scores.detach()`` (a shift the softmax ignores: no gradient through it); the
+    gradient must flow through ``scores`` and ``v`` into ``total`` and ``acc``.
+    """
+    raise NotImplementedError(
+        "Exercise 5.4: move the running maximum, rescale the old sums by exp(m - m'), add this block"
+    )
+
+
+def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Exercise 5.4b: which keys of one block pair each query may see, under the causal mask.
+
+    ``q_pos`` ``(Tq,)`` and ``k_pos`` ``(Tk,)`` are the **global** positions in the whole sequence of
+    the queries this rank holds and of the keys of the block it is processing (each a run of
+    consecutive positions, or two runs in the load-balanced layout, e.g. ``[0, 1, 6, 7]``). Return a
+    ``(Tq, Tk)`` bool tensor, True where the key's position is at most the query's. A block of
+    earlier keys is then entirely visible, a block of later keys entirely hidden (ring attention
+    skips it), and only blocks that share positions get a triangle.
+    """
+    raise NotImplementedError("Exercise 5.4: True where the key's global position is at most the query's")
