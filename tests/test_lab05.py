@@ -145,14 +145,16 @@ def test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once(la
                 f"{where}: reduce llamado {calls} veces por rank, se espera una vez en cada rank",
             )
             for rank, out in enumerate(outputs):
-                error = biggest(out, expected) if out.shape == expected.shape else float("inf")
+                assert out.shape == expected.shape, say(
+                    f"{where}, rank {rank}: the output is {tuple(out.shape)}, expected {tuple(expected.shape)}",
+                    f"{where}, rank {rank}: la salida es {tuple(out.shape)}, se espera {tuple(expected.shape)}",
+                )
+                error = biggest(out, expected)
                 assert error <= TOLERANCE, say(
                     f"{where}, rank {rank}: the output differs from the whole Linear's x W^T + b by {error:.3g} "
-                    f"(shape {tuple(out.shape)}, expected {tuple(expected.shape)}; a bias added before reduce is "
-                    f"summed {tp} times)",
-                    f"{where}, rank {rank}: la salida difiere de x W^T + b del Linear entero en {error:.3g} (forma "
-                    f"{tuple(out.shape)}, se espera {tuple(expected.shape)}; un sesgo sumado antes de reduce se suma "
-                    f"{tp} veces)",
+                    f"(a bias added before reduce is summed {tp} times)",
+                    f"{where}, rank {rank}: la salida difiere de x W^T + b del Linear entero en {error:.3g} (un "
+                    f"sesgo sumado antes de reduce se suma {tp} veces)",
                 )
 
 
@@ -206,7 +208,11 @@ def test_g_sums_forward_and_is_the_identity_backward(tp_scratch):
 @pytest.mark.points(1)
 def test_f_and_g_around_a_column_then_row_mlp_equal_one_process(tp_scratch):
     for rank, result in enumerate(both(tp_scratch, "mlp@5.2")):
-        wrong = {k: v for k, v in result.items() if k != "ok" and (v is None or v > TOLERANCE)}
+        wrong = {
+            k: "no gradient" if v is None else f"{v:.2e}"
+            for k, v in result.items()
+            if k != "ok" and (v is None or v > TOLERANCE)
+        }
         assert not wrong, say(
             f"rank {rank}: a column-parallel Linear, GELU and a row-parallel Linear on 2 ranks, with your f and g, "
             f"differ from the same MLP in one process: {short(wrong)} (largest differences of the output and of "
@@ -324,16 +330,27 @@ def test_block_mask_compares_global_positions(lab05):
                     q_pos, k_pos = positions(seq_len, cp, q_rank, balanced), positions(seq_len, cp, k_rank, balanced)
                     got = lab05.block_mask(q_pos, k_pos)
                     expected = k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)
-                    same = got.shape == expected.shape and got.dtype == torch.bool and torch.equal(got, expected)
-                    assert same, say(
-                        f"{layout} layout, cp={cp}: block_mask(queries at {q_pos.tolist()}, keys at "
-                        f"{k_pos.tolist()}) gave {short(got.int().tolist(), 120)}, expected "
-                        f"{short(expected.int().tolist(), 120)}: True where the key's global position is at most "
-                        "the query's",
+                    where = say(
+                        f"{layout} layout, cp={cp}: block_mask(queries at {q_pos.tolist()}, keys at {k_pos.tolist()})",
                         f"disposición {layout}, cp={cp}: block_mask(consultas en {q_pos.tolist()}, claves en "
-                        f"{k_pos.tolist()}) dio {short(got.int().tolist(), 120)}, se espera "
-                        f"{short(expected.int().tolist(), 120)}: True donde la posición global de la clave es como "
-                        "mucho la de la consulta",
+                        f"{k_pos.tolist()})",
+                    )
+                    assert got.shape == expected.shape and got.dtype == torch.bool, say(
+                        f"{where} is {tuple(got.shape)} {got.dtype}, expected {tuple(expected.shape)} torch.bool",
+                        f"{where} es {tuple(got.shape)} {got.dtype}, se espera {tuple(expected.shape)} torch.bool",
+                    )
+                    if torch.equal(got, expected):
+                        continue
+                    row = int((got != expected).any(dim=1).nonzero()[0])
+                    seen, visible = k_pos[got[row]].tolist(), k_pos[expected[row]].tolist()
+                    raise AssertionError(
+                        say(
+                            f"{where}: the query at position {int(q_pos[row])} sees the keys at {seen}, expected "
+                            f"{visible}: True where the key's global position is at most the query's",
+                            f"{where}: la consulta en la posición {int(q_pos[row])} ve las claves en {seen}, se "
+                            f"espera {visible}: True donde la posición global de la clave es como mucho la de la "
+                            "consulta",
+                        )
                     )
 
 
