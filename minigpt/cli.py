@@ -83,14 +83,21 @@ def stop(prog: str, message: str, code: int = 1) -> int:
     """:func:`refuse`'s one line for a run that fails after it started (a diverged training:
     ``code`` 1); returns ``code``."""
     line = f"{rank_prefix()}{prog}: error: {message}"
-    sys.stderr.write(line + "\n")  # one write: the ranks' lines do not interleave on a shared terminal
-    sys.stderr.flush()
+    say_on_stderr(line)
     tell_torchrun(line)
     if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("WORLD_SIZE", "1").strip() not in ("0", "1"):
         # torchrun stops every worker as soon as one exits; the others, checking the same values a
         # moment later, would be killed before they print their own line
         time.sleep(PEERS_GRACE_S)
     return code
+
+
+def say_on_stderr(line: str) -> None:
+    """``line`` and its newline on stderr in **one** write. The ranks of a run share one stderr;
+    ``print`` writes the text and the newline apart, so two ranks failing at once could glue their
+    lines together (``...not written yet)[rank 1] error: ...``), which no reader can take apart."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def tell_torchrun(line: str) -> None:

@@ -42,6 +42,8 @@ READING = "minigpt.runners.lab03_fsdp_reading"
 PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
 FSDP4 = "minigpt.runners.lab04_fsdp"
+TP5 = "minigpt.runners.lab05_tensor_parallel"
+RING5 = "minigpt.runners.lab05_ring_attention"
 PAGES = "minigpt.pages.site"
 GRADER = "minigpt.grader"
 
@@ -150,6 +152,15 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (FSDP4, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
     (FSDP4, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (FSDP4, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
+    (TP5, ["--tp", "2"], ["--tp 2", "world size 1"]),
+    (TP5, ["--dp", "2"], ["--dp 2", "world size is 1"]),
+    (TP5, ["--steps", "0"], ["--steps 0", "positive integer"]),
+    (TP5, ["--check"], ["--check", "2 ranks"]),
+    (TP5, ["--impl", "mine"], ["--impl mine", "reference, exercises"]),
+    (TP5, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (RING5, [], ["world size 1", "2 ranks"]),
+    (RING5, ["--seq-lens", "0"], ["--seq-lens 0", "positive integer"]),
+    (RING5, ["--seq-lens", "32", "31"], ["--seq-lens 31", "multiple of 2 x cp = 2"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables
@@ -192,6 +203,10 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     ),
     (BENCH, ["--out", "{tmp}/out"], {}, ["world size 1", "--nproc_per_node=2"]),
     (BENCH, ["--out", "{tmp}/out"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
+    (TP5, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["--tp 3", "4 attention heads"]),
+    (TP5, ["--tp", "2", "--dp", "2"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--tp 2 x --dp 2", "2"]),
+    (TP5, ["--tp", "1"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--dp 2", "Lab 06"]),
+    (RING5, ["--seq-lens", "36"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--seq-lens 36", "2 x cp = 8"]),
 ]
 
 # run on each rank of one torchrun of two: every rank refuses, each with its rank
@@ -294,7 +309,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, FSDP4, PAGES, GRADER}
+        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PAGES, GRADER}
     )
 
 

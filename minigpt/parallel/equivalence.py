@@ -49,6 +49,20 @@ from minigpt import grammar
 TOLERANCE = 1e-5
 
 
+def clip_with(norm: torch.Tensor):
+    """A clipping that uses a norm computed elsewhere: ``max_norm / (norm + 1e-6)``, at most 1,
+    as ``torch.nn.utils.clip_grad_norm_`` scales (for the one-process twin of ``--check``)."""
+
+    def clip(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale.to(p.grad.dtype))
+        return norm
+
+    return clip
+
+
 def probe_batch(rows: int = 32, block_size: int = 32) -> torch.Tensor:
     """The fixed batch whose logits are compared: the first validation batch."""
     return grammar.get_batch("val", 0, rows, block_size=block_size)[0]

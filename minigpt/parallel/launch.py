@@ -198,7 +198,7 @@ def _stopped_by_launcher(signum, frame) -> None:
     if not _REPORTED and _CTX is not None:
         failed = failed_peers(_CTX)
         first = f"{_describe(failed)} first" if failed else "another rank failed first (torchrun's report names it)"
-        print(f"[rank {_CTX.rank}] stopped by torchrun: {first}", file=sys.stderr, flush=True)
+        cli.say_on_stderr(f"[rank {_CTX.rank}] stopped by torchrun: {first}")
     sys.stdout.flush()
     os._exit(128 + signum)
 
@@ -207,7 +207,8 @@ def log(ctx: DistContext | None, message: str, all_ranks: bool = False) -> None:
     """Print ``[rank r] message`` (only rank 0 unless ``all_ranks``)."""
     rank = 0 if ctx is None else ctx.rank
     if all_ranks or rank == 0:
-        print(f"[rank {rank}] {message}", flush=True)
+        sys.stdout.write(f"[rank {rank}] {message}\n")  # one write, as cli.say_on_stderr: no glued lines
+        sys.stdout.flush()
 
 
 def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
@@ -220,7 +221,7 @@ def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
     rank = "?" if ctx is None else ctx.rank
     line = f"[rank {rank}] error: {message}"
     _REPORTED = True
-    print(line, file=sys.stderr, flush=True)
+    cli.say_on_stderr(line)
     sys.stdout.flush()
     cli.tell_torchrun(line)
     os._exit(code)
@@ -237,7 +238,7 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
     global _REPORTED
     line, failed = collective_failure_line(ctx, exc, timeout_s)
     _REPORTED = True
-    print(line, file=sys.stderr, flush=True)
+    cli.say_on_stderr(line)
     sys.stdout.flush()
     if ctx is not None and "TORCHELASTIC_RUN_ID" in os.environ:
         # the ranks this rank's own torchrun started (torchrun numbers each machine's ranks in a row)

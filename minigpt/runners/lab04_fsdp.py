@@ -111,20 +111,6 @@ def optimizer_of(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimi
     return optimizer
 
 
-def clip_with(norm: torch.Tensor):
-    """A clipping that uses a norm computed elsewhere: ``max_norm / (norm + 1e-6)``, at most 1,
-    as ``torch.nn.utils.clip_grad_norm_`` scales (for the one-process twin of ``--check``)."""
-
-    def clip(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
-        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale.to(p.grad.dtype))
-        return norm
-
-    return clip
-
-
 def fsdp2_model(cfg: TrainConfig, ctx: launch.DistContext, variant: str = "fsdp2-implicit", mp=None):
     if mp is not None:
         from torch.distributed.fsdp import fully_shard
@@ -240,7 +226,7 @@ class OneProcess:
         if before[1]["state"]:
             self.optimizer.load_state_dict(copy.deepcopy(before[1]))
         if norm is not None:
-            clip = clip_with(norm.detach().cpu())
+            clip = equivalence.clip_with(norm.detach().cpu())
             self.optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
         else:  # what train_step does by itself, the norms kept: its own (float32) and the exact one
             self.optimizer.clip_grad_norm_ = self._clip_and_keep_norms

@@ -215,13 +215,46 @@ class TPMiniGPT(nn.Module):
             p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
 
-    def full_state_dict(self, grads: bool = False) -> dict[str, torch.Tensor]:
+    def sharded_parameters(self) -> list[nn.Parameter]:
+        """The parameters cut over the group (each rank holds a different slice): the vocabulary
+        shard, and the weights (and column-parallel biases) of the parallel layers. Every other
+        parameter is whole and the same on every rank."""
+        params = [self.wte.weight]
+        for b in self.blocks:
+            for layer in (b.attn.qkv, b.attn.proj, b.mlp.fc, b.mlp.proj):
+                params.append(layer.weight)
+                if isinstance(layer, ColumnParallelLinear) and layer.bias is not None:
+                    params.append(layer.bias)
+        return params
+
+    def clip_grad_norm_(self, max_norm: float, counter: ByteCounter | None = None) -> torch.Tensor:
+        """Clip every gradient by the norm of the **whole** model's gradient, as
+        ``torch.nn.utils.clip_grad_norm_`` on the single-process model would (same scale,
+        ``max_norm / (norm + 1e-6)`` at most 1). The squares of the sharded gradients are summed
+        over the group (an all-reduce of one number, on ``counter``); those of the whole
+        parameters, the same on every rank, are counted once. Returns the norm. Under sequence
+        parallelism call :meth:`sync_sequence_parallel_grads` first."""
+        sharded = {id(p) for p in self.sharded_parameters()}
+        grads = [(id(p) in sharded, p.grad) for p in self.parameters() if p.grad is not None]
+        squares = [torch.linalg.vector_norm(g) ** 2 for _, g in grads]
+        mine = torch.stack([s for (cut, _), s in zip(grads, squares) if cut]).sum()
+        whole = torch.stack([s for (cut, _), s in zip(grads, squares) if not cut]).sum()
+        norm = torch.sqrt(comm.all_reduce(mine.reshape(1), self.group, counter)[0] + whole)
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for _, g in grads:
+            g.mul_(scale)
+        return norm
+
+    def full_state_dict(self, grads: bool = False, of=None) -> dict[str, torch.Tensor]:
         """The whole model in :class:`~minigpt.model.MiniGPT`'s layout and names (``lm_head.weight``
         the same tensor as ``wte.weight``), gathered on every rank with ``dist.all_gather`` (not
         counted). With ``grads=True``, the gradients instead (zeros where a parameter has none;
-        under sequence parallelism call :meth:`sync_sequence_parallel_grads` first)."""
+        under sequence parallelism call :meth:`sync_sequence_parallel_grads` first); with ``of``, a
+        function of a parameter, its value instead (an optimizer's moment of each parameter)."""
 
         def value(p: torch.Tensor) -> torch.Tensor:
+            if of is not None:
+                return of(p)
             if not grads:
                 return p.detach()
             return torch.zeros_like(p) if p.grad is None else p.grad.detach()

@@ -1,0 +1,238 @@
+"""Lab 05: context parallelism, ring attention by hand, held against full causal attention.
+
+    torchrun --nproc_per_node=2 lab/05_ring_attention.py --check --report out/lab05-ring.json
+    torchrun --nproc_per_node=4 lab/05_ring_attention.py --check --seq-lens 32 64 96
+
+Each of the ``cp`` ranks holds a slice of the sequence's queries, keys and values; the key/value
+blocks go round the ring (Lab 01's send/recv pattern) and each rank merges them into an online
+softmax (:func:`~minigpt.parallel.tensor_parallel.ring_attention`). Every rank builds the same
+random Q, K, V from ``--seed`` and computes full causal attention itself, so ``--check`` compares:
+
+* **output and gradients** - this rank's rows of the output and its slices of dQ, dK, dV against
+  full attention's, float32 (1e-5) and float64 (1e-12), for every ``--seq-lens`` length and both
+  layouts (contiguous slices, and the load-balanced split: chunks ``r`` and ``2 cp - 1 - r``);
+* **bytes** - what each rank sent, forward and backward, against ``(cp-1)/cp`` of K and V;
+* **balance** - per rank, the scores causal attention needs (the visible keys of its queries) and
+  the scores it computed (whole block products; a block pair with no visible key is skipped), in
+  each layout.
+
+A length that ``cp`` (or ``2 cp``, load-balanced) does not divide is refused with a clear error:
+this lab does not pad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from minigpt import cli, impl
+from minigpt.parallel import launch
+from minigpt.parallel.ring import ByteCounter
+from minigpt.parallel.tensor_parallel import ring_attention, ring_attention_bytes, split_sequence
+from minigpt.parallel.tensor_parallel.kit import kit_for
+from minigpt.parallel.tensor_parallel.ring_attention import block_mask, positions
+
+PROG = "lab/05_ring_attention.py"
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def full_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One process: softmax over the whole masked score matrix."""
+    T = q.shape[2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return F.softmax(scores, dim=-1) @ v
+
+
+def one_case(args: argparse.Namespace, seq_len: int, balanced: bool, dtype_name: str, ctx) -> dict:
+    """Ring attention against full attention on one length and layout: the differences of this
+    rank's output and gradients, and the bytes and block products of this rank."""
+    cp, rank = ctx.world_size, ctx.rank
+    g = torch.Generator().manual_seed(args.seed + seq_len)
+    shape = (args.batch, args.heads, seq_len, args.head_dim)
+    q, k, v, w = (torch.randn(shape, generator=g, dtype=DTYPES[dtype_name]) for _ in range(4))
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    reference = full_causal_attention(*full)
+    (reference * w).sum().backward()
+    mine = [split_sequence(t, cp, rank, balanced).requires_grad_() for t in (q, k, v)]
+    counter, computed = ByteCounter(), []
+    out = ring_attention(*mine, counter=counter, load_balanced=balanced, computed=computed, kit=kit_for())
+    sent_forward = counter.sent
+    (out * split_sequence(w, cp, rank, balanced)).sum().backward()
+    sent_backward = counter.sent - sent_forward
+    expected = split_sequence(reference.detach(), cp, rank, balanced)
+    grads = [split_sequence(t.grad, cp, rank, balanced) for t in full]
+    return {
+        "seq_len": seq_len,
+        "load_balanced": balanced,
+        "dtype": dtype_name,
+        "max_out_diff": float((out.detach() - expected).abs().max()),
+        "max_grad_diff": max(float((m.grad - e).abs().max()) for m, e in zip(mine, grads)),
+        "bytes_forward": sent_forward,
+        "bytes_backward": sent_backward,
+        "bytes_model": ring_attention_bytes(
+            args.batch, args.heads, seq_len, args.head_dim, cp, torch.finfo(DTYPES[dtype_name]).bits // 8
+        ),
+        "blocks_computed": len(computed),
+        # per query row and head: the scores this rank computed (whole block products) and the
+        # ones causal attention needs (the visible keys)
+        "scores_computed": len(computed) * (seq_len // cp) ** 2,
+        "scores_needed": sum(
+            int(block_mask(positions(seq_len, cp, rank, balanced), positions(seq_len, cp, owner, balanced)).sum())
+            for owner in computed
+        ),
+    }
+
+
+def measure(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    t_start = time.perf_counter()
+    launch.log(
+        ctx,
+        f"ring attention over {ctx.world_size} ranks ({ctx.backend}) | B {args.batch}, H {args.heads}, D "
+        f"{args.head_dim}, T {', '.join(map(str, args.seq_lens))} | implementation: {impl.current()}",
+    )
+    cases = []
+    for dtype_name in DTYPES:
+        for seq_len in args.seq_lens:
+            for balanced in (False, True):
+                mine = one_case(args, seq_len, balanced, dtype_name, ctx)
+                everyone = [None] * ctx.world_size
+                dist.all_gather_object(everyone, mine)
+                cases.append(
+                    {
+                        **{key: mine[key] for key in ("seq_len", "load_balanced", "dtype", "bytes_model")},
+                        "max_out_diff": max(c["max_out_diff"] for c in everyone),
+                        "max_grad_diff": max(c["max_grad_diff"] for c in everyone),
+                        "bytes_forward": [c["bytes_forward"] for c in everyone],
+                        "bytes_backward": [c["bytes_backward"] for c in everyone],
+                        "blocks_computed": [c["blocks_computed"] for c in everyone],
+                        "scores_computed": [c["scores_computed"] for c in everyone],
+                        "scores_needed": [c["scores_needed"] for c in everyone],
+                    }
+                )
+    f32 = [c for c in cases if c["dtype"] == "float32"]
+    report = {
+        "world_size": ctx.world_size,
+        "cp": ctx.world_size,
+        "implementation": impl.current(),
+        "shape": {"batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "seq_lens": args.seq_lens},
+        "cases": cases,
+        "max_out_diff": max(c["max_out_diff"] for c in f32),
+        "max_grad_diff": max(c["max_grad_diff"] for c in f32),
+        # the longest length's bytes, float32, per rank (every rank sends the same)
+        "bytes_per_rank": f32[-1]["bytes_forward"][0],
+        "bytes_model": f32[-1]["bytes_model"],
+        "refused": refusals(ctx),
+    }
+    report["passed"] = bool(
+        all(c["max_out_diff"] <= TOLERANCE[c["dtype"]] and c["max_grad_diff"] <= TOLERANCE[c["dtype"]] for c in cases)
+        and all(set(c["bytes_forward"]) == set(c["bytes_backward"]) == {c["bytes_model"]} for c in cases)
+        and all(len(set(c["scores_needed"])) == 1 for c in cases if c["load_balanced"])
+        and all(report["refused"].values())
+    )
+    report.update(
+        torch=torch.__version__,
+        backend=ctx.backend,
+        date=time.strftime("%Y-%m-%d"),
+        seconds=time.perf_counter() - t_start,
+    )
+    if ctx.is_main:
+        summary(report, ctx)
+        if args.report:
+            launch.write_report(args.report, report)
+            launch.log(ctx, f"report written to {args.report}")
+    return report
+
+
+def refusals(ctx: launch.DistContext) -> dict[str, str | None]:
+    """The lengths the split must refuse, each with the message it gave (None: not refused)."""
+    cp, found = ctx.world_size, {}
+    for name, length, balanced in (("contiguous", cp + 1, False), ("load-balanced", 3 * cp, True)):
+        try:
+            split_sequence(torch.zeros(1, 1, length, 2), cp, ctx.rank, balanced)
+            found[f"{name} T={length}"] = None
+        except ValueError as exc:
+            found[f"{name} T={length}"] = str(exc)
+    return found
+
+
+def summary(report: dict, ctx: launch.DistContext) -> None:
+    for c in report["cases"]:
+        if c["dtype"] != "float32":
+            continue
+        launch.log(
+            ctx,
+            f"T {c['seq_len']:4d} {'load-balanced' if c['load_balanced'] else 'contiguous   '} | output "
+            f"{c['max_out_diff']:.1e}, gradients {c['max_grad_diff']:.1e} | bytes forward {c['bytes_forward'][0]:,}, "
+            f"backward {c['bytes_backward'][0]:,} (model {c['bytes_model']:,.0f}) | per rank: scores needed "
+            f"{c['scores_needed']}, computed {c['scores_computed']}",
+        )
+    f64 = max(max(c["max_out_diff"], c["max_grad_diff"]) for c in report["cases"] if c["dtype"] == "float64")
+    launch.log(
+        ctx,
+        f"check {'PASS' if report['passed'] else 'FAIL'}: output {report['max_out_diff']:.1e}, gradients "
+        f"{report['max_grad_diff']:.1e} (float32, <= 1e-5), {f64:.1e} (float64, <= 1e-12) | bytes = (cp-1)/cp of "
+        f"K and V, forward and backward | lengths refused: {sum(map(bool, report['refused'].values()))}/"
+        f"{len(report['refused'])}",
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = cli.torchrun_parser(PROG, __doc__)
+    p.add_argument("--seq-lens", type=cli.POSITIVE_INT, nargs="+", default=[32, 64, 128], help="sequence lengths")
+    p.add_argument("--batch", type=cli.POSITIVE_INT, default=4, help="sequences per batch")
+    p.add_argument("--heads", type=cli.POSITIVE_INT, default=4, help="attention heads")
+    p.add_argument("--head-dim", type=cli.POSITIVE_INT, default=24, help="features per head (MiniGPT: 96 / 4)")
+    p.add_argument("--seed", type=cli.SEED, default=0, help="the random Q, K, V")
+    p.add_argument("--check", action="store_true", help="exit 1 unless every comparison holds")
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+    )
+    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world_size: int) -> None:
+    """ValueError naming a length the ring cannot cut (every length must divide into 2 cp chunks,
+    since both layouts are run)."""
+    bad = [t for t in args.seq_lens if t % (2 * world_size)]
+    if bad:
+        raise ValueError(
+            f"--seq-lens {' '.join(map(str, bad))}: each length must be a multiple of 2 x cp = {2 * world_size} "
+            f"(the load-balanced split cuts it into 2 cp chunks; this lab does not pad), e.g. "
+            f"{2 * world_size * max(1, round(bad[0] / (2 * world_size)))}"
+        )
+    cli.need_world_size(world_size, 2, "ring attention needs a ring of 2 ranks or more")
+    if args.report:
+        cli.output_file(args.report, "--report")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        _, _, world_size = launch.torchrun_env()
+        check_args(args, world_size)
+    except (ValueError, RuntimeError) as exc:
+        return cli.refuse(PROG, str(exc))
+    if args.impl:
+        os.environ[impl.ENV_VAR] = args.impl
+    ctx = launch.init(args.timeout)
+    report = launch.run(ctx, PROG, lambda: measure(args, ctx))
+    launch.teardown()
+    return 0 if report["passed"] or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
