@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minigpt.pages.lang import num, pct, sci, tr
+from minigpt.pages.lang import num, pct, sci, table, tr, yes
 
 SETTING_NAMES = {
     "implicit": ("implicit (FSDP2's default)", "implícita (la de FSDP2)"),
@@ -24,16 +24,6 @@ RECIPE_NAMES = {
     "bf16 params, fp32 reduce": ("bf16 compute, fp32 reduce", "cómputo bf16, reducción fp32"),
     "bf16 params, bf16 reduce": ("bf16 compute, bf16 reduce", "cómputo bf16, reducción bf16"),
 }
-
-
-def _yes(value: bool, lang: str) -> str:
-    return tr(lang, "yes", "sí") if value else "**" + tr(lang, "no", "no") + "**"
-
-
-def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * left + ["---:"] * (len(head) - left)) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def proofs(r: dict, lang: str) -> str:
@@ -50,7 +40,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             f"{sci(drift['max'], lang)} ({tr(lang, 'step', 'paso')} {drift['worst_step']})",
             "≤ 1e-5",
-            _yes(drift["max"] <= 1e-5, lang),
+            yes(drift["max"] <= 1e-5, lang),
         ],
         [
             tr(
@@ -60,7 +50,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             f"{sci(t['step_drift_same_clip_norm']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['step_drift_same_clip_norm']['worst_step']})",
             "≤ 1e-5",
-            _yes(t["step_drift_same_clip_norm"]["max"] <= 1e-5, lang),
+            yes(t["step_drift_same_clip_norm"]["max"] <= 1e-5, lang),
         ],
         [
             tr(
@@ -70,7 +60,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             f"{sci(t['fsdp2_step_drift']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['fsdp2_step_drift']['worst_step']})",
             "≤ 1e-5",
-            _yes(t["fsdp2_step_drift"]["max"] <= 1e-5, lang),
+            yes(t["fsdp2_step_drift"]["max"] <= 1e-5, lang),
         ],
         [
             tr(
@@ -80,7 +70,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             sci(r["float64"]["step_drift"]["max"], lang),
             "≤ 1e-12",
-            _yes(r["float64"]["step_drift"]["max"] <= 1e-12, lang),
+            yes(r["float64"]["step_drift"]["max"] <= 1e-12, lang),
         ],
         [
             tr(
@@ -88,9 +78,9 @@ def proofs(r: dict, lang: str) -> str:
                 f"the {n} ranks' gathered weights bit-identical after every step",
                 f"los pesos reunidos de los {n} ranks idénticos bit a bit tras cada paso",
             ),
-            _yes(r["ranks_bit_identical"], lang),
+            yes(r["ranks_bit_identical"], lang),
             tr(lang, "yes", "sí"),
-            _yes(r["ranks_bit_identical"], lang),
+            yes(r["ranks_bit_identical"], lang),
         ],
         [
             tr(
@@ -100,7 +90,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             f"{num(r['bytes_per_rank_per_step'], lang)}, {num(r['bytes_model'], lang)}, {num(r['bytes_fsdp2'], lang)}",
             tr(lang, "equal", "iguales"),
-            _yes(r["bytes_per_rank_per_step"] == r["bytes_model"] == r["bytes_fsdp2"], lang),
+            yes(r["bytes_per_rank_per_step"] == r["bytes_model"] == r["bytes_fsdp2"], lang),
         ],
         [
             tr(
@@ -108,9 +98,9 @@ def proofs(r: dict, lang: str) -> str:
                 "order of all-gathers, computations and reduce-scatters = FSDP2's, 4 settings",
                 "orden de all-gathers, cómputos y reduce-scatters = el de FSDP2, 4 ajustes",
             ),
-            _yes(r["event_order_matches_fsdp2"], lang),
+            yes(r["event_order_matches_fsdp2"], lang),
             tr(lang, "yes", "sí"),
-            _yes(r["event_order_matches_fsdp2"], lang),
+            yes(r["event_order_matches_fsdp2"], lang),
         ],
         [
             tr(
@@ -118,9 +108,9 @@ def proofs(r: dict, lang: str) -> str:
                 "peak of weights and gradients held = the model, 4 settings",
                 "pico de pesos y gradientes retenidos = el modelo, 4 ajustes",
             ),
-            _yes(r["memory_matches_model"], lang),
+            yes(r["memory_matches_model"], lang),
             tr(lang, "yes", "sí"),
-            _yes(r["memory_matches_model"], lang),
+            yes(r["memory_matches_model"], lang),
         ],
         [
             tr(
@@ -128,9 +118,9 @@ def proofs(r: dict, lang: str) -> str:
                 f"without clipping, weights bit-identical to FSDP2's ({r['without_clipping']['steps']} steps, 3 recipes)",
                 f"sin recorte, pesos idénticos bit a bit a los de FSDP2 ({r['without_clipping']['steps']} pasos, 3 recetas)",
             ),
-            _yes(r["without_clipping"]["bit_identical"], lang),
+            yes(r["without_clipping"]["bit_identical"], lang),
             tr(lang, "yes", "sí"),
-            _yes(r["without_clipping"]["bit_identical"], lang),
+            yes(r["without_clipping"]["bit_identical"], lang),
         ],
         [
             tr(
@@ -150,7 +140,7 @@ def proofs(r: dict, lang: str) -> str:
             ),
             loads,
             "0",
-            _yes(all(d == 0 for d in ck["loaded_at"].values()), lang),
+            yes(all(d == 0 for d in ck["loaded_at"].values()), lang),
         ],
         [
             tr(
@@ -169,7 +159,7 @@ def proofs(r: dict, lang: str) -> str:
         tr(lang, "bound", "cota"),
         tr(lang, "holds", "se cumple"),
     ]
-    return _table(head, rows, left=1)
+    return table(head, rows, left=1)
 
 
 def _gathers(schedule: list[str]) -> str:
@@ -198,7 +188,7 @@ def orders(r: dict, lang: str) -> str:
                 tr(lang, en, es),
                 f"`{o['fsdp2_variant']}`",
                 _gathers(o["schedule"]),
-                _yes(o["matches_fsdp2"], lang),
+                yes(o["matches_fsdp2"], lang),
                 num(o["bytes_sent"], lang),
                 num(o["peak_held"], lang),
                 num(m["peak"], lang),
@@ -222,7 +212,7 @@ def orders(r: dict, lang: str) -> str:
         tr(lang, "model", "modelo"),
         tr(lang, "where", "dónde"),
     ]
-    return _table(head, rows, left=4)
+    return table(head, rows, left=4)
 
 
 def precision(r: dict, lang: str) -> str:
@@ -238,7 +228,7 @@ def precision(r: dict, lang: str) -> str:
                 sci(m["weight_drift"], lang),
                 sci(m["fsdp2_weight_drift"], lang),
                 _sci0(m["max_difference_from_fsdp2"], lang),
-                _yes(nc["recipes"][name]["bit_identical"], lang),
+                yes(nc["recipes"][name]["bit_identical"], lang),
             ]
         )
     head = [
@@ -254,7 +244,7 @@ def precision(r: dict, lang: str) -> str:
         tr(lang, "ours − FSDP2, weights (clipping on)", "el nuestro − FSDP2, pesos (con recorte)"),
         tr(lang, "bit-identical to FSDP2 without clipping", "idéntico bit a bit a FSDP2 sin recorte"),
     ]
-    return _table(head, rows, left=1)
+    return table(head, rows, left=1)
 
 
 def overlap(step: dict) -> dict:
@@ -308,7 +298,7 @@ def speed(r: dict, lang: str) -> str:
         f"{s['rounds']} interleaved rounds of {s['steps_per_round']} steps each, the order alternating.\n",
         f"{s['rounds']} rondas intercaladas de {s['steps_per_round']} pasos cada una, alternando el orden.\n",
     )
-    return _table(head, rows) + "\n" + note
+    return table(head, rows) + "\n" + note
 
 
 def norms(r: dict, lang: str) -> str:
@@ -343,7 +333,7 @@ def norms(r: dict, lang: str) -> str:
         tr(lang, "the gradient norm of the first step", "la norma del gradiente del primer paso"),
         tr(lang, "value (float32)", "valor (float32)"),
     ]
-    return _table(head, rows, left=1)
+    return table(head, rows, left=1)
 
 
 def one_number_run(r: dict, lang: str) -> str:
@@ -385,7 +375,7 @@ def one_number_run(r: dict, lang: str) -> str:
         ),
         tr(lang, "measured", "medido"),
     ]
-    return _table(head, rows, left=1)
+    return table(head, rows, left=1)
 
 
 SECTIONS = {"proofs": proofs, "norms": norms, "orders": orders, "precision": precision, "speed": speed}
@@ -395,8 +385,8 @@ def fragment(report: dict, lang: str) -> str:
     if report["training"].get("clip_norm") == "one-number":  # the variant run: its drift only
         return f"<!-- --8<-- [start:one-number] -->\n{one_number_run(report, lang)}<!-- --8<-- [end:one-number] -->\n"
     return "".join(
-        f"<!-- --8<-- [start:{name}] -->\n{table(report, lang)}<!-- --8<-- [end:{name}] -->\n"
-        for name, table in SECTIONS.items()
+        f"<!-- --8<-- [start:{name}] -->\n{section(report, lang)}<!-- --8<-- [end:{name}] -->\n"
+        for name, section in SECTIONS.items()
         if name != "speed" or "speed" in report
     )
 
@@ -566,7 +556,7 @@ def side_by_side(lang: str) -> str:
             ]
         )
     head = [tr(lang, "what", "qué"), tr(lang, "ours", "el nuestro"), f"FSDP2 (torch {torch.__version__.split('+')[0]})"]
-    return _table(head, rows, left=3)
+    return table(head, rows, left=3)
 
 
 TABLES = {"fsdp-side-by-side": side_by_side}

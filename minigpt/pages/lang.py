@@ -76,3 +76,15 @@ def write_tables(json_path, table) -> list:
         path.write_text(table(result, lang))
         written.append(path)
     return written
+
+
+def yes(value: bool, lang: str) -> str:
+    """A check's verdict: "yes" / "sí", or a bold "no"."""
+    return tr(lang, "yes", "sí") if value else "**" + tr(lang, "no", "no") + "**"
+
+
+def table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """A Markdown table: the first ``left`` columns aligned left, the others (numbers) right."""
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * left + ["---:"] * (len(head) - left)) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

@@ -201,6 +201,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     return p.parse_args(argv)
 
 
@@ -221,6 +222,16 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        from minigpt.pages import lab05
+
+        try:
+            cli.input_json(args.render, "--render", ("cases", "cp"), "lab/results/05-ring-attention-cpu.json")
+        except ValueError as exc:
+            return cli.refuse(PROG, str(exc))
+        for path in lab05.render(args.render):
+            print(f"wrote {path}")
+        return 0
     try:
         _, _, world_size = launch.torchrun_env()
         check_args(args, world_size)

@@ -86,7 +86,10 @@ def one_step(cfg: TrainConfig, dtype: torch.dtype) -> dict:
     one_saved, (logits, loss) = saved_activation_bytes(forward_one)
     loss.backward()
     grads = {n: p.grad for n, p in one.named_parameters()}
-    out = {"one_process_saved_bytes": one_saved}
+    out = {
+        "one_process_saved_bytes": one_saved,
+        "one_process_param_bytes": sum(p.numel() * p.element_size() for p in one.parameters()),
+    }
     for sp in (False, True):
         counter = ByteCounter()
         model = cut(one, sp, counter)
@@ -171,24 +174,24 @@ class OneProcess:
         if norm is not None:
             clip = equivalence.clip_with(norm)
             optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
-        if before["exp_avg"] is not None:
+        if before["moments"]:
             for name, p in self.model.named_parameters():
-                optimizer.state[p] = {
-                    "step": before["step"].clone(),
-                    "exp_avg": before["exp_avg"][name].clone(),
-                    "exp_avg_sq": before["exp_avg_sq"][name].clone(),
-                }
+                optimizer.state[p] = {key: value[name].clone() for key, value in before["moments"].items()}
+                if before["step"] is not None:
+                    optimizer.state[p]["step"] = before["step"].clone()
         train_step(self.model, optimizer, step, self.cfg)
         return self.probe.drift(self.model, after)
 
 
 def whole_state(model: TPMiniGPT, optimizer: torch.optim.Optimizer) -> dict:
-    """The cut model's weights and AdamW moments, gathered into MiniGPT's names (every rank)."""
-    state = {"weights": model.full_state_dict(), "exp_avg": None, "exp_avg_sq": None, "step": None}
+    """The cut model's weights and optimizer state (AdamW's moments, or SGD's momentum), gathered
+    into MiniGPT's names (every rank)."""
+    state = {"weights": model.full_state_dict(), "moments": {}, "step": None}
     first = next(iter(model.parameters()))
-    if first in optimizer.state:
-        for key in ("exp_avg", "exp_avg_sq"):
-            state[key] = model.full_state_dict(of=lambda p, key=key: optimizer.state[p][key])
+    for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+        if key in optimizer.state.get(first, {}):
+            state["moments"][key] = model.full_state_dict(of=lambda p, key=key: optimizer.state[p][key])
+    if "step" in optimizer.state.get(first, {}):
         state["step"] = optimizer.state[first]["step"].clone()  # AdamW adds to it in place
     return state
 
@@ -279,6 +282,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dp", type=cli.POSITIVE_INT, default=None, help="data-parallel degree; tp * dp must be the world size"
     )
     p.add_argument("--sequence-parallel", action="store_true", help="train with Megatron's sequence parallelism")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="the optimizer (as Lab 01's)")
+    p.add_argument("--lr", type=cli.POSITIVE, default=TrainConfig().lr, help="peak learning rate")
+    p.add_argument("--min-lr", type=cli.NON_NEGATIVE, default=TrainConfig().min_lr, help="final learning rate")
     p.add_argument("--check", action="store_true", help="the proofs: one process, bytes, memory, step drift")
     p.add_argument("--float64-steps", type=cli.NON_NEGATIVE_INT, default=10, help="--check: steps of the float64 run")
     p.add_argument(
@@ -296,12 +302,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
     """The settings, or ValueError naming the value that cannot work and what would."""
-    cfg = TrainConfig(steps=args.steps, seed=args.seed)
+    cfg = TrainConfig(steps=args.steps, seed=args.seed, optimizer=args.optimizer, lr=args.lr, min_lr=args.min_lr)
     tp = world_size if args.tp is None else args.tp
     if world_size % tp:
         raise ValueError(
@@ -345,6 +352,8 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         "dp": 1,
         "sequence_parallel": args.sequence_parallel,
         "implementation": impl.current(),
+        "optimizer": cfg.optimizer,
+        "lr": cfg.lr,
         "bytes_model": tp_bytes_per_step(cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer, tp),
         "param_bytes_model": param_bytes_model(cfg, tp),
     }
@@ -424,6 +433,16 @@ def summary(report: dict, ctx: launch.DistContext) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        from minigpt.pages import lab05
+
+        try:
+            cli.input_json(args.render, "--render", ("training", "tp"), "lab/results/05-tensor-parallel-cpu.json")
+        except ValueError as exc:
+            return cli.refuse(PROG, str(exc))
+        for path in lab05.render(args.render):
+            print(f"wrote {path}")
+        return 0
     try:
         _, _, world_size = launch.torchrun_env()
         cfg = check_args(args, world_size)
