@@ -91,6 +91,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def ended(pid: int) -> bool:
+    """The process has exited: gone from /proc, or a zombie its parent has not collected yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher", ["one torchrun", "two torchruns"])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
@@ -117,11 +126,15 @@ def test_a_failed_rank_is_named_under_every_launcher(how, launcher):
             time.sleep(0.5)
         assert "loss=" in "".join(printed), f"training never started: {''.join(seen)[-2000:]}"
         worker = sorted(children(nodes[-1].pid))[-1]  # rank 1: the last worker torchrun started
+        rank0 = sorted(children(nodes[0].pid))[0]
         os.kill(worker, how)
         failed_at = time.monotonic()
         while watched.poll() is None and time.monotonic() - failed_at < limit(60):
-            if how == signal.SIGSTOP and "[rank 0] error:" in "".join(seen):
-                with contextlib.suppress(ProcessLookupError):  # torchrun would wait 30 s for it
+            # torchrun would wait 30 s for a frozen worker: kill it, but only once rank 0 has ended
+            # (its line printed, its error file written), or torchrun could see rank 1 end first
+            # and blame it
+            if how == signal.SIGSTOP and "[rank 0] error:" in "".join(seen) and ended(rank0):
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(worker, signal.SIGKILL)
             time.sleep(0.2)
         seconds = time.monotonic() - failed_at
