@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 from minigpt import grammar
+from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
 TOLERANCE = 1e-5
 
@@ -122,6 +123,34 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[
     """Copies of the parameters and the optimizer state (``optimizer.state_dict()`` shares its
     tensors with the optimizer, so it must be deep-copied)."""
     return ({k: v.detach().clone() for k, v in model.state_dict().items()}, copy.deepcopy(optimizer.state_dict()))
+
+
+class Twin:
+    """A single-process twin for a model that is cut (tensor- or pipeline-parallel): from the cut
+    model's whole state before a step (weights and optimizer state, gathered into MiniGPT's names:
+    ``{"weights": ..., "moments": {"exp_avg": {name: tensor}, ...}, "step": tensor or None}``), the
+    same step on the same whole batch; :meth:`drift` is then the step drift."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.model = build_model(cfg)
+        self.probe = Probe(build_model(cfg), block_size=cfg.block_size)
+
+    def drift(self, step: int, before: dict, after: dict, norm: torch.Tensor | None = None) -> float:
+        """The step drift; with ``norm``, the twin clips with that norm instead of its own (the rest
+        of the step its own), which takes the norm's float32 rounding out of the measure."""
+        self.model.load_state_dict(before["weights"])
+        optimizer = build_optimizer(self.model, self.cfg)
+        if norm is not None:
+            clip = clip_with(norm)
+            optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
+        if before["moments"]:
+            for name, p in self.model.named_parameters():
+                optimizer.state[p] = {key: value[name].clone() for key, value in before["moments"].items()}
+                if before["step"] is not None:
+                    optimizer.state[p]["step"] = before["step"].clone()
+        train_step(self.model, optimizer, step, self.cfg)
+        return self.probe.drift(self.model, after)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from minigpt.parallel import equivalence, launch
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import TPMiniGPT, gather_logits, padded_vocab_size, tp_bytes_per_step
 from minigpt.parallel.tensor_parallel.kit import kit_for
-from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step
+from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 
 PROG = "lab/05_tensor_parallel.py"
 FLOAT64_TOLERANCE = 1e-12
@@ -157,32 +157,6 @@ def tp_step(
 NORM_COUNTER = ByteCounter()  # the once-a-step all-reduces: SP's whole-parameter gradients, the norm
 
 
-class OneProcess:
-    """Rank 0's single-process twin: from the cut model's whole state before a step (weights and
-    AdamW moments, gathered), the same step on the same batch."""
-
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        self.model = build_model(cfg)
-        self.probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)
-
-    def drift(self, step: int, before: dict, after: dict, norm: torch.Tensor | None = None) -> float:
-        """The step drift; with ``norm``, the twin clips with that norm instead of its own (the rest
-        of the step its own), which takes the norm's float32 rounding out of the measure."""
-        self.model.load_state_dict(before["weights"])
-        optimizer = build_optimizer(self.model, self.cfg)
-        if norm is not None:
-            clip = equivalence.clip_with(norm)
-            optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
-        if before["moments"]:
-            for name, p in self.model.named_parameters():
-                optimizer.state[p] = {key: value[name].clone() for key, value in before["moments"].items()}
-                if before["step"] is not None:
-                    optimizer.state[p]["step"] = before["step"].clone()
-        train_step(self.model, optimizer, step, self.cfg)
-        return self.probe.drift(self.model, after)
-
-
 def whole_state(model: TPMiniGPT, optimizer: torch.optim.Optimizer) -> dict:
     """The cut model's weights and optimizer state (AdamW's moments, or SGD's momentum), gathered
     into MiniGPT's names (every rank)."""
@@ -213,7 +187,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     model = cut(build_model(cfg), args.sequence_parallel, counter)
     optimizer = build_optimizer(model, cfg)
     watch = Watch(model, cfg)
-    twin = OneProcess(cfg) if check and ctx.is_main else None
+    twin = equivalence.Twin(cfg) if check and ctx.is_main else None
     drift, bit_identical, losses, seconds, sent = equivalence.DriftLog(), True, [], 0.0, []
     same_norm_drift = equivalence.DriftLog()
     bar = tqdm(

@@ -53,12 +53,26 @@ def simulate(
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     orders = [stage_order(schedule, s, stages, micro_batches) for s in range(stages)]
+    return simulate_orders(orders, forward_time, backward_time)
+
+
+class Deadlock(ValueError):
+    """Some stage waits for an operation that can never run."""
+
+
+def simulate_orders(
+    orders: list[list[tuple[str, int]]], forward_time: float = 1.0, backward_time: float = 2.0
+) -> list[Op]:
+    """Run explicit per-stage orders (``orders[s]`` is the list of ``(kind, micro-batch)`` stage s
+    runs, in order), each operation as early as its stage and its input allow. Raises
+    :class:`Deadlock` naming every stuck stage and what it waits for when no stage can go on."""
+    stages = len(orders)
     done: dict[tuple[int, str, int], float] = {}  # (stage, kind, micro-batch) -> end time
     free_at = [0.0] * stages
     position = [0] * stages
     ops: list[Op] = []
-    while len(ops) < stages * 2 * micro_batches:
-        progressed = False
+    while any(position[s] < len(orders[s]) for s in range(stages)):
+        progressed, waiting = False, []
         for s in range(stages):
             if position[s] == len(orders[s]):
                 continue
@@ -68,6 +82,7 @@ def simulate(
             else:
                 needs = (s + 1, "B", i) if s < stages - 1 else (s, "F", i)
             if needs is not None and needs not in done:
+                waiting.append(f"stage {s} waits before {kind}{i} for {needs[1]}{needs[2]} of stage {needs[0]}")
                 continue
             start = max(free_at[s], done[needs] if needs else 0.0)
             end = start + (forward_time if kind == "F" else backward_time)
@@ -75,8 +90,8 @@ def simulate(
             ops.append(Op(s, kind, i, start, end))
             position[s] += 1
             progressed = True
-        if not progressed:  # cannot happen for the two schedules above; guards a new one
-            raise RuntimeError(f"schedule {schedule!r} deadlocks")
+        if not progressed:
+            raise Deadlock("the schedule deadlocks: " + "; ".join(waiting))
     return ops
 
 

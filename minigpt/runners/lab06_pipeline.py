@@ -1,0 +1,439 @@
+"""Lab 06: MiniGPT cut into pipeline stages, one rank a stage, scheduled by hand.
+
+    torchrun --nproc_per_node=2 lab/06_pipeline.py                                        # train (1F1B), tutor accuracy
+    torchrun --nproc_per_node=2 lab/06_pipeline.py --check --report out/lab06-pipeline.json  # ... and the proofs
+    torchrun --nproc_per_node=4 lab/06_pipeline.py --check --schedule gpipe              # 4 stages, GPipe
+    torchrun --nproc_per_node=2 lab/06_pipeline.py --check --impl exercises              # with your exercises
+
+Every rank builds the same MiniGPT from ``--seed`` and keeps its stage
+(:class:`~minigpt.parallel.pipeline.PipelineStage`); each step's batch is cut into
+``--micro-batches`` micro-batches that go through the stages in the order ``--schedule`` lists
+(the chart is printed first). ``--check`` adds:
+
+* **one step, one process** - for GPipe and for 1F1B, the gradients of every stage (the tied matrix
+  after its swap) against one process's on the whole batch (float32 within 1e-5; float64 too);
+* **bytes** - what each stage passes to ``isend`` in that step against
+  :func:`~minigpt.parallel.pipeline.step_bytes_model`;
+* **activations held** - the most micro-batches each stage holds at once: GPipe m, 1F1B p - s;
+* **bubble** - for several m, the idle share of a step measured on the wall clock (time blocked in
+  receives, and the stages that finish early) against (p - 1) / (m + p - 1);
+* **training** - before every step the whole state (weights and AdamW moments, gathered) is loaded
+  into one process that takes the same step on the whole batch; the largest logit difference on
+  the probe batch after the two steps is the step drift (Lab 01's criterion, 1e-5). The two copies
+  of the tied matrix must stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+import torch
+import torch.distributed as dist
+
+from minigpt import cli, grammar, impl
+from minigpt.divergence import Watch
+from minigpt.parallel import equivalence, launch
+from minigpt.parallel.pipeline import (
+    SCHEDULES,
+    Link,
+    MicroBatches,
+    PipelineStage,
+    PipelineTimeout,
+    StepRecord,
+    backward_step,
+    bubble_fraction,
+    chart,
+    check_schedule,
+    clip_grad_norm_,
+    forward_step,
+    peak_held,
+    run_schedule,
+    schedule_orders,
+    step_bytes_model,
+    sync_tied_gradient,
+)
+from minigpt.parallel.ring import ByteCounter
+from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
+from minigpt.zero import analytic as za
+
+PROG = "lab/06_pipeline.py"
+EXERCISE_MODULE = "lab06_pipeline"
+ONE_STEP_TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+BUBBLE_REPEATS = 5
+
+
+def pieces() -> tuple[dict, object, object]:
+    """The schedules and the forward and backward step of ``MINIGPT_IMPL``: the reference's, or the
+    learner's 1F1B (Exercise 6.1) and steps (Exercise 6.2). GPipe is never an exercise."""
+    if impl.current() == "reference":
+        return dict(SCHEDULES), forward_step, backward_step
+    schedules = {"gpipe": SCHEDULES["gpipe"], "1f1b": impl.load(EXERCISE_MODULE, "one_f_one_b")}
+    return schedules, impl.load(EXERCISE_MODULE, "forward_step"), impl.load(EXERCISE_MODULE, "backward_step")
+
+
+class Pipeline:
+    """This rank's stage, its optimizer, its link to its neighbours, and the schedule it runs."""
+
+    def __init__(self, cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batches: int):
+        schedules, self.forward, self.backward = pieces()
+        self.cfg, self.ctx, self.m = cfg, ctx, micro_batches
+        self.stages = ctx.world_size
+        self.stage = PipelineStage(build_model(cfg), ctx.rank, self.stages)
+        self.optimizer = build_optimizer(self.stage, cfg)
+        self.orders = schedule_orders(schedules[schedule], self.stages, micro_batches)
+        self.played = check_schedule(self.orders, micro_batches)  # ValueError before anything is sent
+        self.counter, self.norm_counter = ByteCounter(), ByteCounter()
+        shape = (cfg.batch_size // micro_batches, cfg.block_size, cfg.n_embd)
+        dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
+        self.link = Link(ctx.rank, list(range(self.stages)), shape, dtype, ctx.timeout_s, self.counter)
+
+    def forward_backward(self, step: int) -> StepRecord:
+        """The schedule on the batch of ``step``, then the tied matrix's gradient swapped."""
+        x, y, mask = grammar.get_batch(
+            "train", step, self.cfg.batch_size, seed=self.cfg.seed, block_size=self.cfg.block_size
+        )
+        batches = MicroBatches.cut(x, y, mask, self.m)
+        dist.barrier()  # every stage starts its clock together (for the bubble)
+        record = run_schedule(self.stage, self.orders[self.ctx.rank], batches, self.link, self.forward, self.backward)
+        sync_tied_gradient(self.stage, 0, self.stages - 1, self.counter)
+        return record
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        """:func:`minigpt.train.train_step` for a pipeline: the loss (every rank) and the norm."""
+        record = self.forward_backward(step)
+        norm = clip_grad_norm_(self.stage, self.cfg.grad_clip, self.norm_counter) if self.cfg.grad_clip > 0 else None
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, self.cfg.lr, self.cfg.min_lr, self.cfg.warmup, self.cfg.steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = torch.tensor([record.loss if self.stage.is_last else 0.0], dtype=torch.float64)
+        dist.all_reduce(loss)
+        return float(loss[0]), norm
+
+    def whole_state(self) -> dict | None:
+        """The whole model's weights and AdamW state, in MiniGPT's names, on rank 0 (None elsewhere)."""
+        named = self.stage.named_in_model()
+        mine = {"weights": {n: p.detach().clone() for n, p in named}, "moments": {}, "step": None}
+        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+            found = {
+                n: self.optimizer.state[p][key].clone() for n, p in named if key in self.optimizer.state.get(p, {})
+            }
+            if found:
+                mine["moments"][key] = found
+        first = self.optimizer.state.get(named[0][1], {})
+        if "step" in first:
+            mine["step"] = first["step"].clone()
+        parts = [None] * self.stages if self.ctx.is_main else None
+        dist.gather_object(mine, parts, dst=0)
+        if not self.ctx.is_main:
+            return None
+        whole = {"weights": {}, "moments": {}, "step": parts[0]["step"]}
+        for part in parts:
+            whole["weights"].update(part["weights"])
+            for key, values in part["moments"].items():
+                whole["moments"].setdefault(key, {}).update(values)
+        return whole
+
+
+def tied_copies_identical(pipe: Pipeline) -> bool:
+    """The first and the last stage hold bit-identical copies of the tied matrix (every rank)."""
+    weight = pipe.stage.tied_weight()
+    digests = [None] * pipe.stages
+    dist.all_gather_object(digests, None if weight is None else weight.detach().numpy().tobytes())
+    copies = [d for d in digests if d is not None]
+    return len(set(copies)) <= 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The proofs
+
+
+def one_step(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: int) -> dict:
+    """One forward and backward of both schedules against one process on the same batch: the largest
+    gradient difference (every stage, max over ranks), the loss, the bytes, the activations held."""
+    one = build_model(cfg)
+    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    _, loss = one(x, y, mask)
+    loss.backward()
+    grads = {n: p.grad for n, p in one.named_parameters()}
+    grads["lm_head.weight"] = grads["wte.weight"]
+    out = {}
+    for schedule in SCHEDULES:
+        pipe = Pipeline(cfg, ctx, schedule, micro_batches)
+        record = pipe.forward_backward(0)
+        diff = max(float((p.grad - grads[n]).abs().max()) for n, p in pipe.stage.named_in_model())
+        found = torch.tensor([diff, abs(record.loss - loss.item()) if pipe.stage.is_last else 0.0], dtype=torch.float64)
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        per_rank = [None] * ctx.world_size
+        dist.all_gather_object(per_rank, (pipe.counter.sent, record.peak_held))
+        out[schedule] = {
+            "max_grad_diff": float(found[0]),
+            "loss_diff": float(found[1]),
+            "bytes_sent": [b for b, _ in per_rank],
+            "peak_activations": [h for _, h in per_rank],
+            "peak_activations_expected": [peak_held(order) for order in pipe.orders],
+        }
+    return out
+
+
+def bubble(cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batches: list[int]) -> dict:
+    """For each m: the median over a few steps of the measured idle share, and the model's."""
+    out = {}
+    for m in micro_batches:
+        pipe = Pipeline(cfg, ctx, schedule, m)
+        values = []
+        for repeat in range(BUBBLE_REPEATS + 1):
+            record = pipe.forward_backward(repeat)
+            pipe.optimizer.zero_grad(set_to_none=True)
+            records = [None] * ctx.world_size
+            dist.all_gather_object(records, record)
+            if repeat:  # the first step warms the allocator and the connections up
+                values.append(bubble_fraction(records))
+        out[str(m)] = {"measured": statistics.median(values), "model": za.bubble_fraction(ctx.world_size, m)}
+    return out
+
+
+def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, check: bool) -> dict:
+    from tqdm import tqdm
+
+    pipe = Pipeline(cfg, ctx, args.schedule, args.micro_batches)
+    watch = Watch(pipe.stage, cfg)
+    twin = equivalence.Twin(cfg) if check and ctx.is_main else None
+    drift, tied_identical, losses, seconds, sent = equivalence.DriftLog(), True, [], 0.0, []
+    bar = tqdm(
+        range(cfg.steps),
+        desc=f"[rank 0] train (pipeline of {pipe.stages}, {args.schedule}, m={args.micro_batches}, {cfg.dtype})",
+        disable=args.quiet or not ctx.is_main,
+        dynamic_ncols=True,
+        file=sys.stdout,
+    )
+    for step in bar:
+        before = pipe.whole_state() if check else None
+        pipe.counter.reset()
+        t0 = time.perf_counter()
+        loss, _ = pipe.train_step(step)
+        seconds += time.perf_counter() - t0
+        sent.append(pipe.counter.sent)
+        losses.append(loss)
+        watch.after_step(step, loss)
+        if check:
+            after = pipe.whole_state()
+            value = torch.tensor([twin.drift(step, before, after["weights"]) if twin else 0.0], dtype=torch.float64)
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+            drift.add(float(value[0]))
+            tied_identical &= tied_copies_identical(pipe)
+        if ctx.is_main:
+            bar.set_postfix({"loss": f"{loss:.4f}", **({"step drift": f"{drift.final:.1e}"} if check else {})})
+    bar.close()
+    per_rank = [None] * ctx.world_size
+    dist.all_gather_object(per_rank, sent[-1])
+    result = {
+        "steps": cfg.steps,
+        "dtype": cfg.dtype,
+        "final_loss": losses[-1],
+        "seconds_per_step": seconds / cfg.steps,
+        "bytes_sent_per_step": per_rank,
+        "step_drift": drift.summary() if check else None,
+        "tied_copies_bit_identical": tied_identical if check else None,
+    }
+    state = pipe.whole_state()
+    if ctx.is_main:
+        full = build_model(cfg)
+        full.load_state_dict(state["weights"])
+        accuracy = grammar.score(full, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
+        result.update(
+            tutor_accuracy=accuracy["accuracy"], tutor_correct=accuracy["correct"], tutor_total=accuracy["total"]
+        )
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = cli.torchrun_parser(PROG, __doc__)
+    p.add_argument("--schedule", choices=tuple(SCHEDULES), default="1f1b", help="the order of the micro-batches")
+    p.add_argument(
+        "--micro-batches", type=cli.POSITIVE_INT, default=8, help="micro-batches per step (must divide the batch of 64)"
+    )
+    p.add_argument("--steps", type=cli.POSITIVE_INT, default=TrainConfig().steps, help="training steps")
+    p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and the batches")
+    p.add_argument("--check", action="store_true", help="the proofs: one process, bytes, activations, bubble, drift")
+    p.add_argument(
+        "--bubble-micro-batches",
+        type=cli.POSITIVE_INT,
+        nargs="+",
+        default=[1, 2, 4, 8],
+        help="--check: the values of m whose bubble is measured",
+    )
+    p.add_argument(
+        "--test-sentences", type=cli.POSITIVE_INT, default=None, help="tutor accuracy on this many test sentences"
+    )
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+    )
+    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="receive timeout, seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
+    """The settings, or ValueError naming the value that cannot work and what would."""
+    cfg = TrainConfig(steps=args.steps, seed=args.seed)
+    if world_size > cfg.n_layer:
+        raise ValueError(
+            f"the world size {world_size} is one stage per rank, but MiniGPT has {cfg.n_layer} blocks: "
+            f"use 1 to {cfg.n_layer} ranks"
+        )
+    for flag, values in (
+        ("--micro-batches", [args.micro_batches]),
+        ("--bubble-micro-batches", args.bubble_micro_batches),
+    ):
+        for m in values:
+            if cfg.batch_size % m:
+                raise ValueError(
+                    f"{flag} {m} does not divide the batch of {cfg.batch_size} sequences: use a divisor of it"
+                )
+    if args.check:
+        cli.need_world_size(world_size, 2, "--check compares a pipeline of 2 stages or more with one process")
+    if args.report:
+        cli.output_file(args.report, "--report")
+    return cfg
+
+
+def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    t_start = time.perf_counter()
+    p = ctx.world_size
+    shape_pipe = Pipeline(cfg, ctx, args.schedule, args.micro_batches)  # checks the schedule first
+    launch.log(
+        ctx,
+        f"MiniGPT {build_model(cfg).num_params():,} parameters | {p} stages ({ctx.backend}) | {args.schedule}, "
+        f"{args.micro_batches} micro-batches of {cfg.batch_size // args.micro_batches} | {cfg.steps} steps | "
+        f"implementation: {impl.current()}\n{chart(shape_pipe.played)}",
+    )
+    del shape_pipe
+    vocab = cfg.model_config().vocab_size
+    report: dict = {
+        "world_size": p,
+        "stages": p,
+        "micro_batches": args.micro_batches,
+        "schedule": args.schedule,
+        "implementation": impl.current(),
+        "blocks_per_stage": [len(PipelineStage(build_model(cfg), s, p).block_ids) for s in range(p)],
+        "bytes_model": [step_bytes_model(p, s, cfg.batch_size, cfg.block_size, cfg.n_embd, vocab, 4) for s in range(p)],
+    }
+    if args.check:
+        one = {
+            "float32": one_step(cfg, ctx, args.micro_batches),
+            "float64": one_step(replace(cfg, dtype="float64"), ctx, args.micro_batches),
+        }
+        report["one_step"] = one
+        report["max_grad_diff"] = max(one["float32"][s]["max_grad_diff"] for s in SCHEDULES)
+        report["peak_activations"] = {s: one["float32"][s]["peak_activations"] for s in SCHEDULES}
+        report["peak_activations_expected"] = {s: one["float32"][s]["peak_activations_expected"] for s in SCHEDULES}
+        launch.log(
+            ctx,
+            f"one step: gradients {report['max_grad_diff']:.1e} from one process | bytes per stage "
+            f"{one['float32'][args.schedule]['bytes_sent']} (model {report['bytes_model']}) | micro-batches held "
+            f"at most: GPipe {report['peak_activations']['gpipe']}, 1F1B {report['peak_activations']['1f1b']}; "
+            "now the bubble",
+        )
+        report["bubble"] = {s: bubble(cfg, ctx, s, args.bubble_micro_batches) for s in SCHEDULES}
+        report["bubble_measured"] = {m: v["measured"] for m, v in report["bubble"][args.schedule].items()}
+        report["bubble_model"] = {m: v["model"] for m, v in report["bubble"][args.schedule].items()}
+    report["training"] = train(cfg, args, ctx, args.check)
+    t = report["training"]
+    report.update(tutor_accuracy=t.get("tutor_accuracy"), bytes_per_stage_per_step=t["bytes_sent_per_step"])
+    if args.check:
+        one = report["one_step"]
+        report.update(max_step_drift=t["step_drift"]["max"], tied_copies_bit_identical=t["tied_copies_bit_identical"])
+        report["passed"] = bool(
+            all(one[d][s]["max_grad_diff"] <= ONE_STEP_TOLERANCE[d] for d in one for s in SCHEDULES)
+            and all(one["float32"][s]["bytes_sent"] == report["bytes_model"] for s in SCHEDULES)
+            and all(one["float64"][s]["bytes_sent"] == [2 * b for b in report["bytes_model"]] for s in SCHEDULES)
+            and report["peak_activations"] == report["peak_activations_expected"]
+            and report["bytes_per_stage_per_step"] == report["bytes_model"]
+            and report["max_step_drift"] <= equivalence.TOLERANCE
+            and report["tied_copies_bit_identical"]
+        )
+    report.update(
+        torch=torch.__version__,
+        backend=ctx.backend,
+        device=str(ctx.device),
+        date=time.strftime("%Y-%m-%d"),
+        seconds=time.perf_counter() - t_start,
+    )
+    if ctx.is_main:
+        summary(report, ctx)
+        if args.report:
+            launch.write_report(args.report, report)
+            launch.log(ctx, f"report written to {args.report}")
+    return report
+
+
+def summary(report: dict, ctx: launch.DistContext) -> None:
+    t = report["training"]
+    launch.log(
+        ctx,
+        f"final: step {t['steps']} | loss {t['final_loss']:.4f} | tutor accuracy {100 * t['tutor_accuracy']:.1f}% "
+        f"({t['tutor_correct']}/{t['tutor_total']}) | bytes per stage per step {report['bytes_per_stage_per_step']} "
+        f"(model {report['bytes_model']})",
+    )
+    if "passed" in report:
+        bubbles = ", ".join(
+            f"m={m} {v:.2f} (model {report['bubble_model'][m]:.2f})" for m, v in report["bubble_measured"].items()
+        )
+        launch.log(
+            ctx,
+            f"check {'PASS' if report['passed'] else 'FAIL'}: one step: gradients {report['max_grad_diff']:.1e} "
+            f"(float32, <= 1e-5) | micro-batches held {report['peak_activations']} (expected "
+            f"{report['peak_activations_expected']}) | step drift {report['max_step_drift']:.2e} (<= 1e-5) | tied "
+            f"copies bit-identical: {report['tied_copies_bit_identical']} | bubble ({report['schedule']}): {bubbles}",
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        from minigpt.pages import lab06
+
+        try:
+            cli.input_json(args.render, "--render", ("training", "stages"), "lab/results/06-pipeline-cpu.json")
+        except ValueError as exc:
+            return cli.refuse(PROG, str(exc))
+        for path in lab06.render(args.render):
+            print(f"wrote {path}")
+        return 0
+    try:
+        _, _, world_size = launch.torchrun_env()
+        cfg = check_args(args, world_size)
+    except (ValueError, RuntimeError) as exc:
+        return cli.refuse(PROG, str(exc))
+    if args.impl:
+        os.environ[impl.ENV_VAR] = args.impl
+    ctx = launch.init(args.timeout)
+
+    def work() -> dict:
+        try:
+            return measure(cfg, args, ctx)
+        except PipelineTimeout as exc:
+            launch.fail(ctx, str(exc))
+
+    report = launch.run(ctx, PROG, work)
+    launch.teardown()
+    return 0 if report.get("passed", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
