@@ -82,6 +82,11 @@ REFERENCE: dict[str, dict[str, str]] = {
         "online_softmax_step": "minigpt.parallel.tensor_parallel.ring_attention:online_softmax_step",
         "block_mask": "minigpt.parallel.tensor_parallel.ring_attention:block_mask",
     },
+    "lab06_pipeline": {
+        "one_f_one_b": "minigpt.parallel.pipeline.schedule:one_f_one_b",
+        "forward_step": "minigpt.parallel.pipeline.engine:forward_step",
+        "backward_step": "minigpt.parallel.pipeline.engine:backward_step",
+    },
 }
 
 

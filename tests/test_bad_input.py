@@ -44,6 +44,7 @@ PRACTICE = "minigpt.runners.lab03_fsdp_practice"
 FSDP4 = "minigpt.runners.lab04_fsdp"
 TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
+PIPE6 = "minigpt.runners.lab06_pipeline"
 PAGES = "minigpt.pages.site"
 GRADER = "minigpt.grader"
 
@@ -161,6 +162,13 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (RING5, [], ["world size 1", "2 ranks"]),
     (RING5, ["--seq-lens", "0"], ["--seq-lens 0", "positive integer"]),
     (RING5, ["--seq-lens", "32", "31"], ["--seq-lens 31", "multiple of 2 x cp = 2"]),
+    (PIPE6, ["--micro-batches", "3"], ["--micro-batches 3", "batch of 64", "divisor"]),
+    (PIPE6, ["--bubble-micro-batches", "1", "48"], ["--bubble-micro-batches 48", "batch of 64"]),
+    (PIPE6, ["--micro-batches", "0"], ["--micro-batches 0", "positive integer"]),
+    (PIPE6, ["--schedule", "zb"], ["--schedule zb", "gpipe, 1f1b"]),
+    (PIPE6, ["--check"], ["--check", "2 stages"]),
+    (PIPE6, ["--impl", "mine"], ["--impl mine", "reference, exercises"]),
+    (PIPE6, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables

@@ -406,12 +406,12 @@ def summary(report: dict, ctx: launch.DistContext) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        from minigpt.pages import lab06
-
         try:
             cli.input_json(args.render, "--render", ("training", "stages"), "lab/results/06-pipeline-cpu.json")
         except ValueError as exc:
             return cli.refuse(PROG, str(exc))
+        from minigpt.pages import lab06
+
         for path in lab06.render(args.render):
             print(f"wrote {path}")
         return 0
