@@ -87,19 +87,18 @@ def resolve_accelerate(
         raise ValueError(
             f"{given}: give dp_replicate or dp_shard (one may be inferred, not both) for the world size {world_size}"
         )
-    known = tp * cp * (dp_replicate or 1) * (dp_shard or 1)
-    if world_size % known:
-        raise ValueError(f"{given}: {known} ranks do not divide the world size {world_size}")
-    if dp_replicate is None:
-        dp_replicate = world_size // known
-    elif dp_shard is None:
-        dp_shard = world_size // known
-    product = dp_replicate * dp_shard * tp * cp
-    if product != world_size:
-        raise ValueError(
-            f"dp_replicate {dp_replicate} x dp_shard {dp_shard} x tp {tp} x cp {cp} = {product}, "
-            f"but the world size is {world_size}: the product must equal it"
-        )
+    if dp_replicate is not None and dp_shard is not None:
+        product = dp_replicate * dp_shard * tp * cp
+        if product != world_size:
+            raise ValueError(f"{given} = {product}, but the world size is {world_size}: the product must equal it")
+    else:
+        known = tp * cp * (dp_replicate or dp_shard)
+        if world_size % known:
+            raise ValueError(f"{given}: the {known} ranks given do not divide the world size {world_size}")
+        if dp_replicate is None:
+            dp_replicate = world_size // known
+        else:
+            dp_shard = world_size // known
     return {"dp_replicate": dp_replicate, "dp_shard": dp_shard, "tp": tp, "cp": cp, "dp": dp_replicate * dp_shard}
 
 
@@ -134,6 +133,14 @@ class BatchPlan:
     dp_world_size: int
     base_lr: float
     base_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "grad_accum", "dp_world_size"):
+            _positive(name, getattr(self, name), self.dp_world_size)
+        if self.base_batch is not None:
+            _positive("base_batch", self.base_batch, self.dp_world_size)
+        if not self.base_lr > 0:
+            raise ValueError(f"base_lr {self.base_lr!r} is not a positive learning rate")
 
     @property
     def effective_batch(self) -> int:
