@@ -82,6 +82,9 @@ def hsdp_model(cfg: TrainConfig, replicate: int, shard: int, shard_index: int) -
 
 
 def run_hsdp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, replicate: int, shard: int) -> dict:
+    """``cfg.steps`` steps of MiniGPT under FSDP2 on a ``(replicate, shard)`` mesh, every rank on its
+    slice of the batch: each step's bytes per mesh dimension, the model states after the optimizer
+    step, and (``--check``) the step drift against the single-process twin."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from minigpt.fsdp.memory import model_state_bytes
