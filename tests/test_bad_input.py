@@ -45,6 +45,7 @@ FSDP4 = "minigpt.runners.lab04_fsdp"
 TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
 PIPE6 = "minigpt.runners.lab06_pipeline"
+MESH6 = "minigpt.runners.lab06_mesh"
 PAGES = "minigpt.pages.site"
 GRADER = "minigpt.grader"
 
@@ -169,6 +170,15 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (PIPE6, ["--check"], ["--check", "2 stages"]),
     (PIPE6, ["--impl", "mine"], ["--impl mine", "reference, exercises"]),
     (PIPE6, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (MESH6, [], ["--tp 2", "world size 1"]),
+    (MESH6, ["--check"], ["--check", "world size 1"]),
+    (MESH6, ["--shard", "2"], ["--shard 2", "world size 1"]),
+    (MESH6, ["--replicate", "2", "--shard", "2"], ["--replicate 2 --shard 2", "world size is 1"]),
+    (MESH6, ["--tp", "0"], ["--tp 0", "positive integer"]),
+    (MESH6, ["--steps", "0"], ["--steps 0", "positive integer"]),
+    (MESH6, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (MESH6, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
+    (MESH6, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables
@@ -215,6 +225,8 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     (TP5, ["--tp", "2", "--dp", "2"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--tp 2 x --dp 2", "2"]),
     (TP5, ["--tp", "1"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--dp 2", "Lab 06"]),
     (RING5, ["--seq-lens", "36"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--seq-lens 36", "2 x cp = 8"]),
+    (MESH6, ["--tp", "8"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--tp 8", "4 attention heads"]),
+    (MESH6, ["--shard", "3"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--shard 3", "world size 4"]),
 ]
 
 # run on each rank of one torchrun of two: every rank refuses, each with its rank
@@ -317,7 +329,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PAGES, GRADER}
+        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PIPE6, MESH6, PAGES, GRADER}
     )
 
 

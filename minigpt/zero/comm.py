@@ -131,15 +131,24 @@ def unit_collectives(
     grad_bytes: int,
     reshard_after_forward: Sequence[bool] | None = None,
     pad: bool = True,
+    replicas: int = 1,
 ) -> list[Collective]:
     """A step's collectives unit by unit (each unit one bucket/FSDP unit of ``unit_sizes[i]``
     elements), each unit padded to a multiple of ``n_devices`` when ``pad``.
 
     ``reshard_after_forward[i]`` (stage 3) says whether unit i is all-gathered again in backward;
     FSDP2 never does it for the root unit, which backward needs first.
+
+    ``replicas > 1`` is HSDP: ``n_devices`` is then the shard degree S, the gathers and scatters
+    run in the ``shard`` group, and after each unit's reduce-scatter its gradient shard (the
+    padded unit / S) is all-reduced over the ``replica`` group of ``replicas`` ranks.
     """
     _check_stage(stage)
     za._positive_int("n_devices", n_devices)
+    za._positive_int("replicas", replicas)
+    if replicas > 1 and stage == 0:
+        raise ValueError(f"HSDP (replicas={replicas}) shards inside a group: it needs stage 1, 2 or 3, got stage 0")
+    group = "data" if replicas == 1 else "shard"
     if reshard_after_forward is None:
         reshard_after_forward = [True] * len(unit_sizes)
     if len(reshard_after_forward) != len(unit_sizes):
@@ -151,8 +160,10 @@ def unit_collectives(
             out.append(Collective("all-reduce", "gradients", "data", n_devices, elements, grad_bytes))
             continue
         gathers = 2 if stage == 3 and reshard else 1
-        out.append(Collective("all-gather", "weights", "data", n_devices, elements, param_bytes, gathers))
-        out.append(Collective("reduce-scatter", "gradients", "data", n_devices, elements, grad_bytes))
+        out.append(Collective("all-gather", "weights", group, n_devices, elements, param_bytes, gathers))
+        out.append(Collective("reduce-scatter", "gradients", group, n_devices, elements, grad_bytes))
+        if replicas > 1:
+            out.append(Collective("all-reduce", "gradients", "replica", replicas, elements / n_devices, grad_bytes))
     return out
 
 
