@@ -176,6 +176,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (MESH6, ["--replicate", "2", "--shard", "2"], ["--replicate 2 --shard 2", "world size is 1"]),
     (MESH6, ["--tp", "0"], ["--tp 0", "positive integer"]),
     (MESH6, ["--steps", "0"], ["--steps 0", "positive integer"]),
+    (MESH6, ["--impl", "mine"], ["--impl mine", "reference, exercises"]),
     (MESH6, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
     (MESH6, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (MESH6, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),

@@ -29,21 +29,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, grammar
+from minigpt import cli, grammar, impl
 from minigpt.parallel import equivalence, launch
 from minigpt.parallel.mesh import BatchPlan, hsdp as mh, resolve_hsdp, torchrun_layout
 from minigpt.parallel.ring import ByteCounter, chunk_bounds
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
 PROG = "lab/06_mesh.py"
+EXERCISE_MODULE = "lab06_pipeline"
 DEFAULT_STEPS = 30
 DDP_BUCKET_CAP_MB = 0.5
+
+
+def exercise(name: str):
+    """``resolve_hsdp`` (Exercise 6.3) or ``hsdp_bytes_per_dim`` (Exercise 6.4) of ``MINIGPT_IMPL``:
+    the reference's or the learner's."""
+    if impl.current() == "reference":
+        return {"resolve_hsdp": resolve_hsdp, "hsdp_bytes_per_dim": mh.hsdp_bytes_per_dim}[name]
+    return impl.load(EXERCISE_MODULE, name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -57,17 +67,13 @@ def hsdp_model(cfg: TrainConfig, replicate: int, shard: int, shard_index: int) -
     parameter count, made exact by two terms it leaves out: AdamW's step counters (one float32
     per parameter tensor) and the padding this rank's moments do not hold."""
     from minigpt.runners.lab02_crosscheck import fsdp2_unit_sizes
-    from minigpt.zero import comm, memory
+    from minigpt.zero import memory
 
     model = build_model(cfg)
     params = list(model.parameters())
     plain, padded = fsdp2_unit_sizes(model, shard)
     reshard = [False] + [True] * (len(padded) - 1)  # FSDP2 keeps the root gathered for backward
-    collectives = comm.unit_collectives(padded, 3, shard, 4, 4, reshard, pad=False, replicas=replicate)
-    per_dim = {
-        "shard": round(sum(c.bytes_sent for c in collectives if c.group != "replica")),
-        "replicate": round(sum(c.bytes_sent for c in collectives if c.group == "replica")),
-    }
+    per_dim = exercise("hsdp_bytes_per_dim")(padded, shard, replicate, 4, 4, reshard)
     states = round(memory.hsdp_memory(sum(padded), shard, replicate, 3, "fp32").device)
     step_counters = 4 * len(params)  # AdamW's float32 "step", one per parameter tensor
     moments_padding = 8 * (sum(padded) // shard - mh.fsdp2_local_elements(params, shard, shard_index))
@@ -267,6 +273,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--replicate", type=cli.POSITIVE_INT, default=None, help="HSDP replicate degree (default: nodes)")
     p.add_argument("--tp", type=cli.POSITIVE_INT, default=2, help="tensor-parallel degree of the DP x TP mesh")
     p.add_argument("--check", action="store_true", help="the proofs: one process, bytes per dimension, memory")
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+    )
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
@@ -283,7 +295,7 @@ def check_args(args: argparse.Namespace, world_size: int, local_world_size: int)
         cli.output_file(args.report, "--report")
     flags = " ".join(f"--{k} {v}" for k, v in (("replicate", args.replicate), ("shard", args.shard)) if v is not None)
     try:
-        replicate, shard = resolve_hsdp(world_size, local_world_size, args.shard, args.replicate)
+        replicate, shard = exercise("resolve_hsdp")(world_size, local_world_size, args.shard, args.replicate)
     except ValueError as exc:
         raise ValueError(f"{flags or f'LOCAL_WORLD_SIZE={local_world_size}'}: {exc}") from None
     if world_size % args.tp:
@@ -403,10 +415,14 @@ def main(argv: list[str] | None = None) -> int:
             return cli.refuse(PROG, str(exc))
         print("\n".join(summary(json.loads(path.read_text(encoding="utf-8")))))
         return 0
+    if args.impl:
+        os.environ[impl.ENV_VAR] = args.impl
     try:
         launch.torchrun_env()
         world_size, local_world_size = torchrun_layout()
         cfg, degrees = check_args(args, world_size, local_world_size)
+    except NotImplementedError as exc:
+        return cli.stop(PROG, f"{exc} (your code in lab/exercises/ is not written yet)")
     except (ValueError, RuntimeError) as exc:
         return cli.refuse(PROG, str(exc))
     ctx = launch.init(args.timeout)

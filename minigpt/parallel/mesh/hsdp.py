@@ -143,3 +143,27 @@ def fsdp2_local_elements(params: list[torch.Tensor], shard: int, index: int) -> 
         local_rows = max(0, min(per_chunk, rows - index * per_chunk))
         total += local_rows * (p.numel() // rows)
     return total
+
+
+def hsdp_bytes_per_dim(
+    unit_sizes: list[int],
+    shard: int,
+    replicate: int,
+    param_bytes: int = 4,
+    grad_bytes: int = 4,
+    reshard_after_forward: list[bool] | None = None,
+) -> dict[str, int]:
+    """Bytes one rank sends in one HSDP step along each mesh dimension, by Lab 02's model, unit by
+    unit: ``unit_sizes`` are the units' padded element counts (multiples of ``shard``). In the shard
+    group each unit is all-gathered (twice when ``reshard_after_forward``: before forward and again
+    before backward) and its gradient reduce-scattered, (S-1)/S of the buffer each; across the
+    replicas the reduced shard, size / S, is all-reduced, 2(R-1)/R of it."""
+    from minigpt.zero import comm
+
+    collectives = comm.unit_collectives(
+        unit_sizes, 3, shard, param_bytes, grad_bytes, reshard_after_forward, pad=False, replicas=replicate
+    )
+    return {
+        "shard": round(sum(c.bytes_sent for c in collectives if c.group != "replica")),
+        "replicate": round(sum(c.bytes_sent for c in collectives if c.group == "replica")),
+    }
