@@ -379,6 +379,7 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
         if args.report:
             launch.write_report(args.report, report)
             launch.log(ctx, f"report written to {args.report}")
+    dist.barrier()  # no rank ends (and has torchrun stop the others) before rank 0 has reported
     return report
 
 
