@@ -46,7 +46,7 @@ def bytes_per_stage(stages: int, element_size: int = 4) -> list[int]:
 
 @pytest.mark.parametrize("stages, schedule, m", [(2, "1f1b", 8), (4, "gpipe", 4)])
 def test_the_pipeline_script_passes_its_check(tmp_path, stages, schedule, m):
-    """One step of both schedules equals one process, the bytes per stage equal the count above, the
+    """One step of both schedules equals one process and PyTorch's own pipeline, the bytes per stage equal the count above, the
     micro-batches held are GPipe's m and 1F1B's p - s, the bubble is measured for each m beside
     (p - 1) / (m + p - 1), and the step drift of a few training steps stays within 1e-5."""
     report = tmp_path / "pipe.json"
@@ -59,6 +59,8 @@ def test_the_pipeline_script_passes_its_check(tmp_path, stages, schedule, m):
     assert r["passed"] and r["stages"] == stages and r["schedule"] == schedule and r["micro_batches"] == m, r
     assert r["max_grad_diff"] <= 1e-5 and r["max_step_drift"] <= 1e-5, r
     assert r["one_step"]["float64"][schedule]["max_grad_diff"] <= 1e-12, r["one_step"]["float64"]
+    # PyTorch's own pipeline (torch.distributed.pipelining) on the same stages and batch
+    assert all(r["torch_pipelining"][s]["max_grad_diff"] <= 1e-5 for s in ("gpipe", "1f1b")), r["torch_pipelining"]
     assert r["bytes_per_stage_per_step"] == bytes_per_stage(stages), (r["bytes_per_stage_per_step"], stages)
     assert r["one_step"]["float64"]["gpipe"]["bytes_sent"] == bytes_per_stage(stages, 8)
     assert r["peak_activations"] == {"gpipe": [m] * stages, "1f1b": [min(stages - s, m) for s in range(stages)]}

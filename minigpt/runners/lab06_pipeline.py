@@ -12,6 +12,9 @@ Every rank builds the same MiniGPT from ``--seed`` and keeps its stage
 
 * **one step, one process** - for GPipe and for 1F1B, the gradients of every stage (the tied matrix
   after its swap) against one process's on the whole batch (float32 within 1e-5; float64 too);
+* **PyTorch's own pipeline** - the same step through ``torch.distributed.pipelining``
+  (``ScheduleGPipe``, ``Schedule1F1B``) around the same stages: the gradients must agree within
+  1e-5 (with m a power of two they come out bit-identical: the same operations in the same order);
 * **bytes** - what each stage passes to ``isend`` in that step against
   :func:`~minigpt.parallel.pipeline.step_bytes_model`;
 * **activations held** - the most micro-batches each stage holds at once: GPipe m, 1F1B p - s;
@@ -181,6 +184,54 @@ def one_step(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: int) -> d
     return out
 
 
+def torch_pipelining(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: int) -> dict:
+    """The same first step through PyTorch's own pipeline (``torch.distributed.pipelining``: its
+    ``PipelineStage`` around the same stage module, ``ScheduleGPipe`` / ``Schedule1F1B``, MiniGPT's
+    loss as ``loss_fn``, the gradients scaled by 1/m at the end), then the tied gradient swapped as
+    ours is: the largest difference from our gradients, and whether they are bit-identical."""
+    from torch.distributed.pipelining import PipelineStage as TorchStage, Schedule1F1B, ScheduleGPipe
+
+    from minigpt.model import masked_loss
+
+    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    target = torch.stack([y, mask.long()], dim=-1)  # one tensor, so that torch cuts both into micro-batches
+
+    def loss_fn(logits: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        return masked_loss(logits, packed[..., 0], packed[..., 1].bool())
+
+    out = {}
+    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+        ours = Pipeline(cfg, ctx, name, micro_batches)
+        ours.forward_backward(0)
+        theirs = PipelineStage(build_model(cfg), ctx.rank, ctx.world_size)
+        rows = cfg.batch_size // micro_batches
+        example = (
+            torch.zeros(rows, cfg.block_size, dtype=torch.long)
+            if ctx.rank == 0
+            else (torch.zeros(rows, cfg.block_size, cfg.n_embd))
+        )
+        stage = TorchStage(theirs, ctx.rank, ctx.world_size, ctx.device, input_args=(example,))
+        schedule = schedule_class(stage, micro_batches, loss_fn=loss_fn)
+        if ctx.rank == 0:
+            schedule.step(x)
+        elif ctx.rank == ctx.world_size - 1:
+            schedule.step(target=target)
+        else:
+            schedule.step()
+        sync_tied_gradient(theirs, 0, ctx.world_size - 1, ByteCounter())
+        pairs = list(zip(ours.stage.parameters(), theirs.parameters()))
+        found = torch.tensor(
+            [
+                max(float((a.grad - b.grad).abs().max()) for a, b in pairs),
+                float(not all(torch.equal(a.grad, b.grad) for a, b in pairs)),
+            ],
+            dtype=torch.float64,
+        )
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        out[name] = {"max_grad_diff": float(found[0]), "bit_identical": not bool(found[1])}
+    return out
+
+
 def bubble(cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batches: list[int]) -> dict:
     """For each m: the median over a few steps of the measured idle share, and the model's."""
     out = {}
@@ -339,6 +390,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             "float64": one_step(replace(cfg, dtype="float64"), ctx, args.micro_batches),
         }
         report["one_step"] = one
+        report["torch_pipelining"] = torch_pipelining(cfg, ctx, args.micro_batches)
         report["max_grad_diff"] = max(one["float32"][s]["max_grad_diff"] for s in SCHEDULES)
         report["peak_activations"] = {s: one["float32"][s]["peak_activations"] for s in SCHEDULES}
         report["peak_activations_expected"] = {s: one["float32"][s]["peak_activations_expected"] for s in SCHEDULES}
@@ -366,6 +418,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             and report["bytes_per_stage_per_step"] == report["bytes_model"]
             and report["max_step_drift"] <= equivalence.TOLERANCE
             and report["tied_copies_bit_identical"]
+            and all(v["max_grad_diff"] <= ONE_STEP_TOLERANCE["float32"] for v in report["torch_pipelining"].values())
         )
     report.update(
         torch=torch.__version__,
@@ -400,7 +453,12 @@ def summary(report: dict, ctx: launch.DistContext) -> None:
             f"check {'PASS' if report['passed'] else 'FAIL'}: one step: gradients {report['max_grad_diff']:.1e} "
             f"(float32, <= 1e-5) | micro-batches held {report['peak_activations']} (expected "
             f"{report['peak_activations_expected']}) | step drift {report['max_step_drift']:.2e} (<= 1e-5) | tied "
-            f"copies bit-identical: {report['tied_copies_bit_identical']} | bubble ({report['schedule']}): {bubbles}",
+            f"copies bit-identical: {report['tied_copies_bit_identical']} | against torch.distributed.pipelining: "
+            + ", ".join(
+                f"{k} {v['max_grad_diff']:.1e}{' (bit-identical)' if v['bit_identical'] else ''}"
+                for k, v in report["torch_pipelining"].items()
+            )
+            + f" | bubble ({report['schedule']}): {bubbles}",
         )
 
 
