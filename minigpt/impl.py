@@ -82,6 +82,11 @@ REFERENCE: dict[str, dict[str, str]] = {
         "online_softmax_step": "minigpt.parallel.tensor_parallel.ring_attention:online_softmax_step",
         "block_mask": "minigpt.parallel.tensor_parallel.ring_attention:block_mask",
     },
+    "lab06_pipeline": {
+        "one_f_one_b": "minigpt.parallel.pipeline.schedule:one_f_one_b",
+        "forward_step": "minigpt.parallel.pipeline.engine:forward_step",
+        "backward_step": "minigpt.parallel.pipeline.engine:backward_step",
+    },
 }
 
 
@@ -119,6 +124,8 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "5.2": ("lab05_tensor_parallel", ("copy_to_tp", "reduce_from_tp")),
     "5.3": ("lab05_tensor_parallel", ("vocab_parallel_cross_entropy",)),
     "5.4": ("lab05_tensor_parallel", ("online_softmax_step", "block_mask")),
+    "6.1": ("lab06_pipeline", ("one_f_one_b",)),
+    "6.2": ("lab06_pipeline", ("forward_step", "backward_step")),
 }
 
 
