@@ -27,7 +27,32 @@ SHAPES = [(p, m) for p in range(1, 7) for m in range(1, 10)]  # m < p included: 
 
 
 def every_stage(launch: Launch, name: str) -> list[dict]:
-    return [scenario(launch, name, r) for r in range(STAGES)]
+    """Each stage's result of scenario ``name``; when stages failed, the error of the one that
+    failed first in the chain (a stage's own error rather than its neighbour's timeout waiting
+    for it), with the usual cause when it is a known one."""
+    results, failures = [], []
+    for r in range(STAGES):
+        try:
+            results.append(scenario(launch, name, r))
+        except AssertionError as exc:
+            failures.append(str(exc))
+    if failures:
+        # a stage's own error first, then a timeout waiting for a neighbour, then a closed connection
+        first = min(failures, key=lambda f: 2 if "Connection closed" in f else 1 if "PipelineTimeout" in f else 0)
+        hint = ""
+        if "'NoneType' object has no attribute 'contiguous'" in first:
+            hint = say(
+                "the input's gradient is None: did forward_step call requires_grad_() on the received activations? ",
+                "el gradiente de la entrada es None: ¿llamó forward_step a requires_grad_() sobre las activaciones "
+                "recibidas? ",
+            )
+        elif "PipelineTimeout" in first and "for the gradient" in first:
+            hint = say(
+                "a stage waited for a gradient that never came: does backward_step send the input's gradient back? ",
+                "una etapa esperó un gradiente que nunca llegó: ¿devuelve backward_step el gradiente de la entrada? ",
+            )
+        raise AssertionError(hint + first)
+    return results
 
 
 def orders_of(lab06, stages: int, micro_batches: int) -> list[list[tuple[str, int]]]:
