@@ -98,7 +98,8 @@ def test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b(lab06):
                 f"{where}: your list is {format_order(order)}, expected 1F1B's {format_order(expected)} (Lab 02's "
                 "simulator: the warm-up, then one F and the oldest B in turn, then the B left)",
                 f"{where}: tu lista es {format_order(order)}, se espera la de 1F1B, {format_order(expected)} (el "
-                "simulador del Lab 02: el calentamiento, luego una F y la B más antigua por turnos, y las B que quedan)",
+                "simulador del laboratorio 02: el calentamiento, luego una F y la B más antigua por turnos, y las B "
+                "que quedan)",
             )
 
 
