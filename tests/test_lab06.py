@@ -37,8 +37,16 @@ def every_stage(launch: Launch, name: str) -> list[dict]:
         except AssertionError as exc:
             failures.append(str(exc))
     if failures:
-        # a stage's own error first, then a timeout waiting for a neighbour, then a closed connection
-        first = min(failures, key=lambda f: 2 if "Connection closed" in f else 1 if "PipelineTimeout" in f else 0)
+        # a stage's own error first, then a timeout waiting for a neighbour (the pipeline's, which says
+        # who waited for what, before gloo's), then a connection that a neighbour's timeout closed
+        def rank(failure: str) -> int:
+            if "Connection closed" in failure:
+                return 3
+            if "PipelineTimeout" in failure:
+                return 1
+            return 2 if "Timed out" in failure or "timeout" in failure.lower() else 0
+
+        first = min(failures, key=rank)
         hint = ""
         if "'NoneType' object has no attribute 'contiguous'" in first:
             hint = say(
