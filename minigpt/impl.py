@@ -124,6 +124,8 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "5.2": ("lab05_tensor_parallel", ("copy_to_tp", "reduce_from_tp")),
     "5.3": ("lab05_tensor_parallel", ("vocab_parallel_cross_entropy",)),
     "5.4": ("lab05_tensor_parallel", ("online_softmax_step", "block_mask")),
+    "6.1": ("lab06_pipeline", ("one_f_one_b",)),
+    "6.2": ("lab06_pipeline", ("forward_step", "backward_step")),
 }
 
 

@@ -33,7 +33,9 @@ from tests import limits
 from tests.limits import limit
 from tests.words import say
 
-pytest_plugins = ["tests.ranks"]  # the Lab 01, 02, 04 and 05 launches (ranks, zero1, fsdp_scratch, tp_scratch)
+pytest_plugins = [
+    "tests.ranks"
+]  # the launches of Labs 01, 02, 04, 05, 06 (ranks, zero1, fsdp_scratch, tp_scratch, pipeline_scratch)
 
 LAB_TITLES = {lab: titles["en"] for lab, titles in grader.catalog()["labs"].items()}  # minigpt/exercises.toml
 
@@ -233,6 +235,12 @@ def lab05(impl_name: str) -> _Exercises:
     """Lab 05's functions (column_slice, row_slice, row_parallel_linear, copy_to_tp, reduce_from_tp,
     vocab_parallel_cross_entropy, online_softmax_step, block_mask) under test."""
     return _Exercises("lab05_tensor_parallel", impl_name)
+
+
+@pytest.fixture
+def lab06(impl_name: str) -> _Exercises:
+    """Lab 06's functions (one_f_one_b, forward_step, backward_step) under test."""
+    return _Exercises("lab06_pipeline", impl_name)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -1,4 +1,4 @@
-"""The multi-process launches that the graded tests of Labs 01, 02, 04 and 05 read, one per session each
+"""The multi-process launches that the graded tests of Labs 01, 02, 04, 05 and 06 read, one per session each
 (importing torch is the slow part of a rank), registered as fixtures by ``conftest.py``.
 
 A launch runs only the scenarios the collected tests need: each scenario of a worker carries the
@@ -84,6 +84,12 @@ def fsdp_scratch(request: pytest.FixtureRequest) -> Launch:
 def tp_scratch(request: pytest.FixtureRequest) -> Launch:
     """Lab 05's launch (tests/tp_scratch_worker.py), on 2 ranks."""
     return launch(request, "tp_scratch_worker", 2, wanted(request.session, "tp_scratch"), limit(120))
+
+
+@pytest.fixture(scope="session")
+def pipeline_scratch(request: pytest.FixtureRequest) -> Launch:
+    """Lab 06's launch (tests/pipeline_worker.py), on 3 ranks: three stages, so one in the middle."""
+    return launch(request, "pipeline_worker", 3, wanted(request.session, "pipeline_scratch"), limit(150))
 
 
 # the rank's last error -> the usual cause, in both languages

@@ -32,6 +32,7 @@ LABS = {
     "03": "FSDP prefetch",
     "04": "FSDP from scratch",
     "05": "Tensor and context parallelism",
+    "06": "Pipelines and meshes",
 }
 PITFALLS = ROOT / "tests" / "pitfalls"
 
@@ -172,7 +173,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     end-to-end test counts the bytes of a step); for Lab 05 the row-parallel bias added on every rank
     before the sum, f's all-reduce moved into forward (f written as g), an online softmax that does
     not rescale the old sums when the maximum moves, and a block mask on local positions (every
-    block pair gets the diagonal triangle)."""
+    block pair gets the diagonal triangle); for Lab 06 1F1B's warm-up counted from the wrong end (a
+    deadlock check_schedule names before anything is sent) and received activations used without
+    requires_grad_() (no input gradient to send back: the stage's own error, not its neighbour's
+    timeout, is the reason)."""
     report = grade(monkeypatch, PITFALLS)
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -216,6 +220,11 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_block_mask_compares_global_positions": 2,
         "test_all_together_your_tensor_parallel_minigpt_equals_one_process": 2,
         "test_all_together_your_ring_attention_equals_full_causal_attention": 2,
+        "test_one_f_one_b_runs_every_micro_batch_once_and_never_deadlocks": 3,
+        "test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2,
+        "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3,
+        "test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2,
+        "test_all_together_your_1f1b_pipeline_equals_one_process": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the usual cause, not "it crashed"
@@ -223,6 +232,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     assert "Is there a distributed collective mismatch" in order.reason, order.reason
     assert "usual cause: the ranks ran different collectives" in order.reason, order.reason
     assert "enforce fail" not in order.reason and ".cc:" not in order.reason, order.reason
+    unwatched = next(
+        r for r in report.results if r.name == "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b"
+    )
+    assert "did forward_step call requires_grad_() on the received activations?" in unwatched.reason, unwatched.reason
 
 
 def test_a_broken_ddp_loses_the_ddp_points(monkeypatch):
@@ -287,6 +300,24 @@ def test_an_f_without_its_backward_all_reduce_loses_its_points(monkeypatch):
         "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
         "test_all_together_your_tensor_parallel_minigpt_equals_one_process": 2,
     }, report.text
+
+
+def test_a_backward_step_that_keeps_the_input_gradient_loses_its_points(monkeypatch):
+    """tests/pitfalls/unsent_gradient_pipeline/: backward_step never sends the input's gradient back.
+    The stage before waits for it until its receive's timeout (10 s, not a hang); the steps' tests
+    and the end-to-end run lose their points with that timeout's words, and the 1F1B lists keep
+    theirs."""
+    report = grade(monkeypatch, PITFALLS / "unsent_gradient_pipeline", lab="06")
+    assert lost(report) == {
+        "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3,
+        "test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2,
+        "test_all_together_your_1f1b_pipeline_equals_one_process": 2,
+    }, report.text
+    steps = next(
+        r for r in report.results if r.name == "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b"
+    )
+    assert "does backward_step send the input's gradient back?" in steps.reason, steps.reason
+    assert "s for the gradient of micro-batch 0 from stage" in steps.reason, steps.reason
 
 
 def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(monkeypatch, tmp_path):
