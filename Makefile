@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03 results-04 results-05
+.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -20,7 +20,7 @@ help:
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
-	@echo "             benchmark alone takes about 18 min); results-01 ... results-05 one lab."
+	@echo "             benchmark alone takes about 18 min); results-01 ... results-06 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -90,7 +90,7 @@ TORCHRUN := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node
 TORCHRUN4 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=4
 RESULTS  := lab/results
 
-results: results-01 results-02 results-03 results-04 results-05
+results: results-01 results-02 results-03 results-04 results-05 results-06
 
 results-01: $(STAMP)
 	$(TORCHRUN) lab/01_ddp.py --check --report $(RESULTS)/01-check-adamw-cpu.json
@@ -135,3 +135,11 @@ results-05: $(STAMP)
 	$(PY) lab/05_ring_attention.py --render $(RESULTS)/05-ring-attention-cpu.json
 	$(TORCHRUN4) lab/05_ring_attention.py --check --report $(RESULTS)/05-ring-attention-4-cpu.json
 	$(PY) lab/05_ring_attention.py --render $(RESULTS)/05-ring-attention-4-cpu.json
+
+results-06: $(STAMP)
+	$(TORCHRUN) lab/06_pipeline.py --check --quiet --report $(RESULTS)/06-pipeline-cpu.json
+	$(PY) lab/06_pipeline.py --render $(RESULTS)/06-pipeline-cpu.json
+	$(TORCHRUN4) lab/06_pipeline.py --check --quiet --schedule gpipe --report $(RESULTS)/06-pipeline-4-cpu.json
+	$(PY) lab/06_pipeline.py --render $(RESULTS)/06-pipeline-4-cpu.json
+	$(TORCHRUN4) lab/06_mesh.py --shard 2 --check --quiet --report $(RESULTS)/06-mesh-cpu.json
+	$(PY) lab/06_mesh.py --render $(RESULTS)/06-mesh-cpu.json

@@ -1,7 +1,7 @@
 """The Lab 06 guide shows measured tables and makes a few claims; each is tied here to the committed
-measurements (lab/results/06-*.json) and to numbers worked out in this file from MiniGPT's shapes:
-the bytes each stage sends, the micro-batches each stage holds, the bubble formula, the effective
-batch and the learning-rate rules."""
+measurements (lab/results/06-*.json, written by ``make results-06``) and to numbers worked out in
+this file from MiniGPT's shapes: the bytes each stage sends, the micro-batches each stage holds,
+the bubble formula, the effective batch and the learning-rate rules."""
 
 from __future__ import annotations
 
