@@ -140,7 +140,7 @@ def proofs(r: dict, lang: str) -> str:
             yes(t["tied_copies_bit_identical"], lang),
         ],
         [
-            tr(lang, "tutor accuracy after training", "precisión del tutor tras el entrenamiento"),
+            tr(lang, "tutor accuracy after training", "exactitud del tutor tras el entrenamiento"),
             f"{pct(t['tutor_accuracy'], lang)} ({t['tutor_correct']}/{t['tutor_total']})",
             "",
             "",
