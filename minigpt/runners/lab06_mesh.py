@@ -282,7 +282,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only print a report's summary")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     return p.parse_args(argv)
 
 
@@ -415,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return cli.refuse(PROG, str(exc))
         print("\n".join(summary(json.loads(path.read_text(encoding="utf-8")))))
+        from minigpt.pages import lab06
+
+        for written in lab06.render(path):
+            print(f"wrote {written}")
         return 0
     if args.impl:
         os.environ[impl.ENV_VAR] = args.impl

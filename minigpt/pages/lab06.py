@@ -1,0 +1,360 @@
+"""The tables of Lab 06 (pipeline schedules and 2-D meshes, each against one process), in English and
+Spanish, for the lab page: ``lab/results/06-*-{en,es}.txt``, one section per table
+(``--8<-- "lab/results/06-pipeline-cpu-en.txt:proofs"``).
+
+Two kinds of report, told apart by their keys:
+
+* a pipeline report (``lab/06_pipeline.py --check --report``): sections ``proofs`` (one step
+  against one process for GPipe and 1F1B, bytes per stage against the model, micro-batches held,
+  step drift, the tied copies), ``bubble`` (the idle share measured against ``(p-1)/(m+p-1)``)
+  and ``chart`` (both schedules as the script draws them);
+* a mesh report (``lab/06_mesh.py --check --report``): sections ``mesh`` (HSDP and DP x TP: bytes
+  per mesh dimension, memory per rank, one step, step drift) and ``batch`` (the effective batch
+  and the learning rate moved to it).
+
+    python lab/06_pipeline.py --render lab/results/06-pipeline-cpu.json
+    python lab/06_mesh.py --render lab/results/06-mesh-cpu.json
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minigpt.pages.lang import num, pct, sci, table, tr, write_tables, yes
+
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+ONE_STEP_BOUND = {"float32": 1e-5, "float64": 1e-12}
+DRIFT_BOUND = 1e-5
+
+
+def is_mesh(report: dict) -> bool:
+    return "hsdp" in report and "dp_tp" in report
+
+
+def bubble_model(stages: int, micro_batches: int) -> float:
+    """GPipe's and 1F1B's idle share with equal stages: (p - 1) / (m + p - 1)."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def held_model(schedule: str, stages: int, micro_batches: int) -> list[int]:
+    """The most micro-batches each stage holds: GPipe m on every stage, 1F1B p - s (at most m)."""
+    if schedule == "gpipe":
+        return [micro_batches] * stages
+    return [min(stages - s, micro_batches) for s in range(stages)]
+
+
+def _dots(values: list, lang: str) -> str:
+    return " · ".join(num(v, lang) for v in values)
+
+
+def _drift(summary: dict, lang: str) -> str:
+    return f"{sci(summary['max'], lang)} ({tr(lang, 'step', 'paso')} {summary['worst_step']})"
+
+
+def _measured(r: dict, lang: str) -> str:
+    n = r["world_size"]
+    return tr(
+        lang,
+        f"\nMeasured {r['date']} with torch {r['torch']} on CPU ({r['backend']}), {n} ranks.\n",
+        f"\nMedido el {r['date']} con torch {r['torch']} en CPU ({r['backend']}), {n} ranks.\n",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The pipeline
+
+
+def proofs(r: dict, lang: str) -> str:
+    """What --check held against one process, against the bytes model and the held counts."""
+    p, m, one, t = r["stages"], r["micro_batches"], r["one_step"], r["training"]
+    rows = []
+    for schedule, name in SCHEDULE_NAMES.items():
+        for dtype in ("float32", "float64"):
+            o = one[dtype][schedule]
+            label = (
+                tr(lang, f"one step, {name}: gradients / loss, fp32", f"un paso, {name}: gradientes / pérdida, fp32")
+                if dtype == "float32"
+                else tr(lang, "… the same in float64", "… lo mismo en float64")
+            )
+            bound = ONE_STEP_BOUND[dtype]
+            rows.append(
+                [
+                    label,
+                    f"{sci(o['max_grad_diff'], lang)} / {sci(o['loss_diff'], lang)}",
+                    f"≤ {sci(bound, lang, 1)}",
+                    yes(o["max_grad_diff"] <= bound and o["loss_diff"] <= bound, lang),
+                ]
+            )
+    f32 = one["float32"]
+    sent_ok = all(f32[s]["bytes_sent"] == r["bytes_model"] for s in SCHEDULE_NAMES) and (
+        r["bytes_per_stage_per_step"] == r["bytes_model"]
+    )
+    rows.append(
+        [
+            tr(
+                lang,
+                "bytes each stage sends per step, fp32 (both schedules, and every training step)",
+                "bytes que envía cada etapa por paso, fp32 (ambos calendarios y cada paso del entrenamiento)",
+            ),
+            _dots(f32[r["schedule"]]["bytes_sent"], lang),
+            tr(lang, f"model: {_dots(r['bytes_model'], lang)}", f"modelo: {_dots(r['bytes_model'], lang)}"),
+            yes(sent_ok, lang),
+        ]
+    )
+    for schedule, name in SCHEDULE_NAMES.items():
+        expected = held_model(schedule, p, m)
+        held = f32[schedule]["peak_activations"]
+        rule = f"m = {m}" if schedule == "gpipe" else "p − s"
+        rows.append(
+            [
+                tr(
+                    lang,
+                    f"micro-batches each stage holds at most, {name}",
+                    f"microlotes que guarda cada etapa como máximo, {name}",
+                ),
+                _dots(held, lang),
+                f"{rule}: {_dots(expected, lang)}",
+                yes(held == expected, lang),
+            ]
+        )
+    rows += [
+        [
+            tr(
+                lang,
+                f"step drift against one process, fp32, {t['steps']} AdamW steps ({SCHEDULE_NAMES[r['schedule']]})",
+                f"deriva por paso frente a un proceso, fp32, {t['steps']} pasos de AdamW "
+                f"({SCHEDULE_NAMES[r['schedule']]})",
+            ),
+            _drift(t["step_drift"], lang),
+            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
+            yes(t["step_drift"]["max"] <= DRIFT_BOUND, lang),
+        ],
+        [
+            tr(
+                lang,
+                "the two copies of the tied matrix bit-identical",
+                "las dos copias de la matriz atada idénticas bit a bit",
+            ),
+            yes(t["tied_copies_bit_identical"], lang),
+            tr(lang, "after every step", "tras cada paso"),
+            yes(t["tied_copies_bit_identical"], lang),
+        ],
+        [
+            tr(lang, "tutor accuracy after training", "exactitud del tutor tras el entrenamiento"),
+            f"{pct(t['tutor_accuracy'], lang)} ({t['tutor_correct']}/{t['tutor_total']})",
+            "",
+            "",
+        ],
+    ]
+    head = [
+        tr(
+            lang,
+            f"{p} stages, {SCHEDULE_NAMES[r['schedule']]}, m = {m}",
+            f"{p} etapas, {SCHEDULE_NAMES[r['schedule']]}, m = {m}",
+        ),
+        tr(lang, "measured", "medido"),
+        tr(lang, "bound or model", "cota o modelo"),
+        tr(lang, "holds", "se cumple"),
+    ]
+    return table(head, rows) + _measured(r, lang)
+
+
+def bubble(r: dict, lang: str) -> str:
+    """The idle share of a step on the wall clock (median of a few steps), per m and schedule."""
+    p = r["stages"]
+    ms = sorted(r["bubble"]["gpipe"], key=int)
+    rows = [
+        [
+            num(int(m), lang),
+            pct(bubble_model(p, int(m)), lang),
+            pct(r["bubble"]["gpipe"][m]["measured"], lang),
+            pct(r["bubble"]["1f1b"][m]["measured"], lang),
+        ]
+        for m in ms
+    ]
+    head = [
+        tr(lang, f"micro-batches m ({p} stages)", f"microlotes m ({p} etapas)"),
+        tr(lang, "model (p−1)/(m+p−1)", "modelo (p−1)/(m+p−1)"),
+        tr(lang, "GPipe, measured", "GPipe, medido"),
+        tr(lang, "1F1B, measured", "1F1B, medido"),
+    ]
+    note = tr(
+        lang,
+        "\nMeasured: 1 − (busy time of every stage) / (stages × the longest stage's step), busy = the step minus "
+        "the time blocked in receives; the median over a few steps, after one to warm up.\n",
+        "\nMedido: 1 − (tiempo ocupado de todas las etapas) / (etapas × el paso de la etapa más larga), ocupado = el "
+        "paso menos el tiempo bloqueado en recepciones; la mediana de unos pocos pasos, tras uno de calentamiento.\n",
+    )
+    return table(head, rows) + note + _measured(r, lang)
+
+
+def chart(r: dict, lang: str) -> str:
+    """Both schedules for the report's p and m, played on Lab 02's clock (F 1 unit, B 2), as the
+    script prints them: computed, not measured."""
+    from minigpt.parallel.pipeline import SCHEDULES, chart as draw, check_schedule, schedule_orders
+
+    p, m = r["stages"], r["micro_batches"]
+    parts = []
+    for schedule, name in SCHEDULE_NAMES.items():
+        played = check_schedule(schedule_orders(SCHEDULES[schedule], p, m), m)
+        parts.append(f"{name}\n{draw(played)}")
+    return "```text\n" + "\n\n".join(parts) + "\n```\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The meshes
+
+
+def mesh(r: dict, lang: str) -> str:
+    """HSDP and DP x TP on the same ranks: bytes per mesh dimension and memory against the models,
+    one step and the step drift against one process."""
+    h, d = r["hsdp"], r["dp_tp"]
+    hm, dm = r["mesh"]["hsdp"], r["mesh"]["dp_tp"]
+    every = r["memory_per_rank"]["every_rank"]
+    hsdp_name = tr(
+        lang,
+        f"HSDP, replicate {hm['replicate']} × shard {hm['shard']}",
+        f"HSDP, {hm['replicate']} réplicas × grado de fragmentación {hm['shard']}",
+    )
+    dptp_name = f"DP {dm['dp']} × TP {dm['tp']}"
+    model = tr(lang, "model", "modelo")
+    rows = []
+    for dim, en, es in (
+        (
+            "shard",
+            "bytes one rank sends per step, `shard` dimension",
+            "bytes que envía un rank por paso, dimensión `shard`",
+        ),
+        (
+            "replicate",
+            "bytes one rank sends per step, `replicate` dimension",
+            "bytes que envía un rank por paso, dimensión `replicate`",
+        ),
+    ):
+        rows.append(
+            [
+                f"{hsdp_name}: {tr(lang, en, es)}",
+                num(r["bytes_per_dim"][dim], lang),
+                f"{model}: {num(r['bytes_model_per_dim'][dim], lang)}",
+                yes(r["bytes_per_dim"][dim] == r["bytes_model_per_dim"][dim] and h["bytes_constant_over_steps"], lang),
+            ]
+        )
+    rows += [
+        [
+            f"{hsdp_name}: "
+            + tr(lang, "model-state bytes per rank after a step", "bytes de estados del modelo por rank tras un paso"),
+            _dots([e["measured"] for e in every], lang),
+            f"{model}: {_dots([e['model'] for e in every], lang)}",
+            yes(all(e["measured"] == e["model"] for e in every), lang),
+        ],
+        [
+            f"{hsdp_name}: "
+            + tr(
+                lang,
+                f"step drift against one process, fp32, {r['steps']} steps",
+                f"deriva por paso frente a un proceso, fp32, {r['steps']} pasos",
+            ),
+            _drift(h["step_drift"], lang),
+            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
+            yes(h["step_drift"]["max"] <= DRIFT_BOUND, lang),
+        ],
+    ]
+    for dim, en, es in (
+        ("tp", "bytes one rank sends per step, `tp` dimension", "bytes que envía un rank por paso, dimensión `tp`"),
+        ("dp", "bytes one rank sends per step, `dp` dimension", "bytes que envía un rank por paso, dimensión `dp`"),
+    ):
+        rows.append(
+            [
+                f"{dptp_name}: {tr(lang, en, es)}",
+                num(d["bytes_per_dim"][dim], lang),
+                f"{model}: {num(d['bytes_model_per_dim'][dim], lang)}",
+                yes(d["bytes_per_dim"][dim] == d["bytes_model_per_dim"][dim] and d["bytes_constant_over_steps"], lang),
+            ]
+        )
+    one = d["one_step"]
+    rows += [
+        [
+            f"{dptp_name}: " + tr(lang, "one step: logits / gradients, fp32", "un paso: logits / gradientes, fp32"),
+            f"{sci(one['max_logit_diff'], lang)} / {sci(one['max_grad_diff'], lang)}",
+            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
+            yes(max(one["max_logit_diff"], one["max_grad_diff"]) <= DRIFT_BOUND, lang),
+        ],
+        [
+            f"{dptp_name}: "
+            + tr(
+                lang,
+                f"step drift against one process, fp32, {r['steps']} steps",
+                f"deriva por paso frente a un proceso, fp32, {r['steps']} pasos",
+            ),
+            _drift(d["step_drift"], lang),
+            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
+            yes(d["step_drift"]["max"] <= DRIFT_BOUND, lang),
+        ],
+        [
+            f"{dptp_name}: "
+            + tr(
+                lang,
+                "whole parameters bit-identical on every rank",
+                "parámetros enteros idénticos bit a bit en cada rank",
+            ),
+            yes(d["replicated_bit_identical"], lang),
+            tr(lang, "after every step", "tras cada paso"),
+            yes(d["replicated_bit_identical"], lang),
+        ],
+    ]
+    head = [
+        tr(lang, f"{r['world_size']} ranks", f"{r['world_size']} ranks"),
+        tr(lang, "measured", "medido"),
+        tr(lang, "bound or model", "cota o modelo"),
+        tr(lang, "holds", "se cumple"),
+    ]
+    return table(head, rows) + _measured(r, lang)
+
+
+def batch(r: dict, lang: str) -> str:
+    """Each mesh's batch plan: what one optimizer step sees, and the learning rate a rank's tuning
+    would move to it (the runs keep the base rate: their twin trains the same batch)."""
+    rows = []
+    for key, name in (
+        ("hsdp", tr(lang, "HSDP (every rank data-parallel)", "HSDP (todos los ranks en paralelismo de datos)")),
+        ("dp_tp", tr(lang, "DP × TP (the `dp` groups)", "DP × TP (los grupos `dp`)")),
+    ):
+        plan = r["batch_plans"][key]
+        dp = r["world_size"] if key == "hsdp" else r["mesh"]["dp_tp"]["dp"]
+        rows.append(
+            [
+                name,
+                num(dp, lang),
+                num(plan["effective_batch"] // dp, lang),
+                num(plan["effective_batch"], lang),
+                num(plan["lr_linear"] / dp, lang, 4),
+                num(plan["lr_linear"], lang, 4),
+                num(plan["lr_sqrt"], lang, 4),
+            ]
+        )
+    head = [
+        tr(lang, "mesh", "malla"),
+        tr(lang, "data-parallel ranks", "ranks de datos"),
+        tr(lang, "sequences per rank", "secuencias por rank"),
+        tr(lang, "effective batch", "lote efectivo"),
+        tr(lang, "lr tuned for one rank", "lr ajustada para un rank"),
+        tr(lang, "lr, linear rule", "lr, regla lineal"),
+        tr(lang, "lr, sqrt rule", "lr, regla de la raíz"),
+    ]
+    return table(head, rows)
+
+
+def fragment(report: dict, lang: str) -> str:
+    if is_mesh(report):
+        sections = {"mesh": mesh, "batch": batch}
+    else:
+        sections = {"proofs": proofs, "bubble": bubble, "chart": chart}
+    return "".join(
+        f"<!-- --8<-- [start:{name}] -->\n{section(report, lang)}<!-- --8<-- [end:{name}] -->\n"
+        for name, section in sections.items()
+    )
+
+
+def render(json_path: str | Path) -> list[Path]:
+    """``X.json`` -> ``X-en.txt`` and ``X-es.txt``."""
+    return write_tables(json_path, fragment)

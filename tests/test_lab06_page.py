@@ -1,0 +1,187 @@
+"""The Lab 06 guide shows measured tables and makes a few claims; each is tied here to the committed
+measurements (lab/results/06-*.json, written by ``make results-06``) and to numbers worked out in
+this file from MiniGPT's shapes: the bytes each stage sends, the micro-batches each stage holds,
+the bubble formula, the effective batch and the learning-rate rules."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minigpt import grammar
+from minigpt.pages import lab06
+from minigpt.pages.lang import num, pct
+from minigpt.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "lab" / "results"
+PIPELINE = {2: "06-pipeline-cpu.json", 4: "06-pipeline-4-cpu.json"}
+MESH = "06-mesh-cpu.json"
+PAGES = {"en": ROOT / "lab" / "06-pipelines-and-meshes.md", "es": ROOT / "lab" / "06-pipelines-and-meshes.es.md"}
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def bytes_by_hand(stages: int, element_size: int = 4) -> list[int]:
+    """What each stage sends in one step: the whole batch's activations (64 x 32 x 96 numbers) down
+    from every stage but the last, their gradients up from every stage but the first, and the
+    tied matrix's gradient (609 x 96) from the first and the last."""
+    cfg = TrainConfig()
+    assert (cfg.batch_size, cfg.block_size, cfg.n_embd, grammar.VOCAB_SIZE) == (64, 32, 96, 609)
+    activations = 64 * 32 * 96 * element_size
+    tied = 609 * 96 * element_size
+    out = []
+    for s in range(stages):
+        sent = activations * (s < stages - 1) + activations * (s > 0)
+        out.append(sent + (tied if s in (0, stages - 1) else 0))
+    return out
+
+
+def held_by_hand(schedule: str, stages: int, m: int) -> list[int]:
+    """GPipe: every forward before the first backward, so m on every stage. 1F1B: stage s runs
+    p - 1 - s forwards of warm-up and one more before its first backward, then one backward per
+    forward, so p - s (at most m)."""
+    return [m] * stages if schedule == "gpipe" else [min(stages - s, m) for s in range(stages)]
+
+
+@pytest.mark.parametrize("stages", PIPELINE)
+def test_the_pipeline_runs_prove_what_the_page_says(stages):
+    r = load(PIPELINE[stages])
+    p, m = r["stages"], r["micro_batches"]
+    assert p == stages and r["world_size"] == stages
+    # the page says: two stages with 1F1B and eight micro-batches; four stages, one block each, GPipe
+    assert (r["schedule"], m) == (("1f1b", 8) if stages == 2 else ("gpipe", 8))
+    if stages == 4:
+        assert r["blocks_per_stage"] == [1, 1, 1, 1]
+    one = r["one_step"]
+    for schedule in SCHEDULES:
+        assert one["float32"][schedule]["max_grad_diff"] <= 1e-5 and one["float32"][schedule]["loss_diff"] <= 1e-5
+        assert one["float64"][schedule]["max_grad_diff"] <= 1e-12 and one["float64"][schedule]["loss_diff"] <= 1e-12
+        assert one["float32"][schedule]["bytes_sent"] == bytes_by_hand(p)
+        assert one["float64"][schedule]["bytes_sent"] == bytes_by_hand(p, 8)
+        assert one["float32"][schedule]["peak_activations"] == held_by_hand(schedule, p, m)
+        assert lab06.held_model(schedule, p, m) == held_by_hand(schedule, p, m)
+    # "the two schedules give the same gradients": each stage adds its micro-batches in one order
+    for dtype in one:
+        assert one[dtype]["gpipe"]["max_grad_diff"] == one[dtype]["1f1b"]["max_grad_diff"]
+    assert r["bytes_model"] == r["bytes_per_stage_per_step"] == bytes_by_hand(p)
+    # "held to Lab 01's criterion", the tied copies bit-identical after every step
+    t = r["training"]
+    assert t["step_drift"]["max"] <= 1e-5 and t["tied_copies_bit_identical"] and r["passed"]
+
+
+@pytest.mark.parametrize("stages", PIPELINE)
+def test_the_bubble_is_the_formula_with_one_micro_batch_and_above_it_with_more(stages):
+    """Section 4: with m = 1 the measurement comes close to (p-1)/(m+p-1); at the largest m both
+    schedules measure more than the formula."""
+    r = load(PIPELINE[stages])
+    p = r["stages"]
+    for schedule in SCHEDULES:
+        values = r["bubble"][schedule]
+        for m, v in values.items():
+            assert v["model"] == pytest.approx((p - 1) / (int(m) + p - 1)) == lab06.bubble_model(p, int(m))
+        assert abs(values["1"]["measured"] - values["1"]["model"]) < 0.1, (schedule, values["1"])
+        largest = max(values, key=int)
+        assert int(largest) > p and values[largest]["measured"] > values[largest]["model"], (schedule, values)
+
+
+def test_the_mesh_run_proves_what_the_page_says():
+    r = load(MESH)
+    cfg = TrainConfig()
+    assert r["world_size"] == 4 and r["mesh"] == {"hsdp": {"replicate": 2, "shard": 2}, "dp_tp": {"dp": 2, "tp": 2}}
+    h, d = r["hsdp"], r["dp_tp"]
+    assert r["bytes_per_dim"] == r["bytes_model_per_dim"] and h["bytes_constant_over_steps"]
+    assert all(e["measured"] == e["model"] for e in r["memory_per_rank"]["every_rank"])
+    assert d["bytes_per_dim"] == d["bytes_model_per_dim"] and d["bytes_constant_over_steps"]
+    assert max(d["one_step"].values()) <= 1e-5 and d["replicated_bit_identical"]
+    assert h["step_drift"]["max"] <= 1e-5 and d["step_drift"]["max"] <= 1e-5 and r["passed"]
+    # section 5, the batch: every mesh sees the whole batch of one process; the rules move a rate
+    # tuned for one data-parallel rank's share by the number of those ranks, or by its root
+    for key, dp in (("hsdp", 4), ("dp_tp", 2)):
+        plan = r["batch_plans"][key]
+        assert plan["effective_batch"] == cfg.batch_size
+        assert plan["lr_linear"] == pytest.approx(cfg.lr * dp)
+        assert plan["lr_sqrt"] == pytest.approx(cfg.lr * math.sqrt(dp))
+
+
+def section(text: str, name: str) -> str:
+    return re.search(rf"\[start:{name}\] -->\n(.*?)<!-- --8<-- \[end:{name}\]", text, re.S).group(1)
+
+
+@pytest.mark.parametrize("stages", PIPELINE)
+def test_the_pipeline_tables_show_the_numbers_worked_out_here(stages):
+    r = load(PIPELINE[stages])
+    p, m = r["stages"], r["micro_batches"]
+    for lang in ("en", "es"):
+        text = (RESULTS / f"{Path(PIPELINE[stages]).stem}-{lang}.txt").read_text()
+        proofs, bubble = section(text, "proofs"), section(text, "bubble")
+        assert " · ".join(num(b, lang) for b in bytes_by_hand(p)) in proofs
+        for schedule in SCHEDULES:
+            assert " · ".join(num(h, lang) for h in held_by_hand(schedule, p, m)) in proofs
+        for m_ in r["bubble"]["gpipe"]:
+            assert f"| {m_} | {pct((p - 1) / (int(m_) + p - 1), lang)} |" in bubble
+        chart = section(text, "chart")
+        assert chart.count("stage 0") == 2 and f"stage {p - 1}" in chart and f"F{m - 1}" in chart
+
+
+def test_the_mesh_tables_show_the_report():
+    r = load(MESH)
+    for lang in ("en", "es"):
+        text = (RESULTS / f"{Path(MESH).stem}-{lang}.txt").read_text()
+        mesh = section(text, "mesh")
+        for value in (*r["bytes_per_dim"].values(), *r["dp_tp"]["bytes_per_dim"].values()):
+            assert num(value, lang) in mesh
+        assert num(TrainConfig().batch_size, lang) in section(text, "batch")
+
+
+@pytest.mark.parametrize("name", [*PIPELINE.values(), MESH])
+def test_the_fragments_are_the_reports_rendered(tmp_path, name):
+    copy = tmp_path / name
+    shutil.copy(RESULTS / name, copy)
+    written = lab06.render(copy)
+    assert [p.name for p in written] == [f"{copy.stem}-en.txt", f"{copy.stem}-es.txt"]
+    for lang in ("en", "es"):
+        fragment = f"{copy.stem}-{lang}.txt"
+        assert (tmp_path / fragment).read_text() == (RESULTS / fragment).read_text(), f"re-render {name}"
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_shows_the_tables_and_the_theory_links_it(lang):
+    text = PAGES[lang].read_text(encoding="utf-8")
+    for source in (
+        "06-pipeline-cpu-{lang}.txt:chart",
+        "06-pipeline-cpu-{lang}.txt:proofs",
+        "06-pipeline-4-cpu-{lang}.txt:proofs",
+        "06-pipeline-cpu-{lang}.txt:bubble",
+        "06-pipeline-4-cpu-{lang}.txt:bubble",
+        "06-mesh-cpu-{lang}.txt:mesh",
+        "06-mesh-cpu-{lang}.txt:batch",
+    ):
+        assert f"generated from lab/results/{source.format(lang=lang)}" in text, source
+    suffix = ".md" if lang == "en" else ".es.md"
+    theory = (ROOT / "theory" / f"02-parallelism-flavours{suffix}").read_text(encoding="utf-8")
+    for anchor in ("#bubble", "#mesh"):
+        assert f"06-pipelines-and-meshes{suffix}{anchor}" in theory, anchor
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_snippets_print_what_they_say(lang):
+    """Section 5's degrees: each print's trailing comment is its output."""
+    blocks = re.findall(r"^```python\n(.*?)^```", PAGES[lang].read_text(encoding="utf-8"), re.M | re.S)
+    assert blocks
+    for code in blocks:
+        expected = [line.split("#", 1)[1].strip() for line in code.splitlines() if line.lstrip().startswith("print(")]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"lab06.{lang}", "exec"), {})
+        assert out.getvalue().splitlines() == expected, code
