@@ -87,6 +87,10 @@ REFERENCE: dict[str, dict[str, str]] = {
         "forward_step": "minigpt.parallel.pipeline.engine:forward_step",
         "backward_step": "minigpt.parallel.pipeline.engine:backward_step",
     },
+    "lab06_mesh": {
+        "resolve_hsdp": "minigpt.parallel.mesh.degrees:resolve_hsdp",
+        "hsdp_bytes_per_dim": "minigpt.parallel.mesh.hsdp:hsdp_bytes_per_dim",
+    },
 }
 
 
@@ -126,6 +130,8 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "5.4": ("lab05_tensor_parallel", ("online_softmax_step", "block_mask")),
     "6.1": ("lab06_pipeline", ("one_f_one_b",)),
     "6.2": ("lab06_pipeline", ("forward_step", "backward_step")),
+    "6.3": ("lab06_mesh", ("resolve_hsdp",)),
+    "6.4": ("lab06_mesh", ("hsdp_bytes_per_dim",)),
 }
 
 

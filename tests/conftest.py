@@ -243,6 +243,12 @@ def lab06(impl_name: str) -> _Exercises:
     return _Exercises("lab06_pipeline", impl_name)
 
 
+@pytest.fixture
+def lab06_mesh(impl_name: str) -> _Exercises:
+    """Lab 06's mesh functions (resolve_hsdp, hsdp_bytes_per_dim) under test."""
+    return _Exercises("lab06_mesh", impl_name)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
     yield  # the outermost wrapper: the table comes after pytest's own summary, last on screen

@@ -176,7 +176,8 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     block pair gets the diagonal triangle); for Lab 06 1F1B's warm-up counted from the wrong end (a
     deadlock check_schedule names before anything is sent) and received activations used without
     requires_grad_() (no input gradient to send back: the stage's own error, not its neighbour's
-    timeout, is the reason)."""
+    timeout, is the reason), HSDP's two degrees swapped (the replica groups built across the wrong
+    ranks), and the gradients all-reduced over the whole world instead of the replica group."""
     report = grade(monkeypatch, PITFALLS)
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -225,6 +226,9 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3,
         "test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2,
         "test_all_together_your_1f1b_pipeline_equals_one_process": 2,
+        "test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2,
+        "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,
+        "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the usual cause, not "it crashed"
@@ -312,6 +316,9 @@ def test_a_backward_step_that_keeps_the_input_gradient_loses_its_points(monkeypa
         "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3,
         "test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2,
         "test_all_together_your_1f1b_pipeline_equals_one_process": 2,
+        "test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2,
+        "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,
+        "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
     }, report.text
     steps = next(
         r for r in report.results if r.name == "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b"

@@ -103,6 +103,5 @@ def backward_step(stage: PipelineStage, i: int, link: Link, held: dict[int, tupl
     raise NotImplementedError("Exercise 6.2: backward from the received gradient, send the input's gradient back")
 
 
-# ----------------------------------------------------------------------------------------------
-# Exercises 6.3 (the degrees of a mesh) and 6.4 (HSDP's bytes) go here: they are added in their own
-# section below, with their own imports.
+# Exercises 6.3 (the degrees of an HSDP mesh) and 6.4 (HSDP's bytes per mesh dimension) are in
+# lab/exercises/lab06_mesh.py.

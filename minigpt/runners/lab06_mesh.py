@@ -43,7 +43,7 @@ from minigpt.parallel.ring import ByteCounter, chunk_bounds
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
 PROG = "lab/06_mesh.py"
-EXERCISE_MODULE = "lab06_pipeline"
+EXERCISE_MODULE = "lab06_mesh"
 DEFAULT_STEPS = 30
 DDP_BUCKET_CAP_MB = 0.5
 

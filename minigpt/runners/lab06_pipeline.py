@@ -86,7 +86,9 @@ class Pipeline:
         schedules, self.forward, self.backward = pieces()
         self.cfg, self.ctx, self.m = cfg, ctx, micro_batches
         self.stages = ctx.world_size
-        self.stage = PipelineStage(build_model(cfg), ctx.rank, self.stages)
+        whole = build_model(cfg)
+        self.names = [name for name, _ in whole.named_parameters()]  # the tied matrix once, as wte.weight
+        self.stage = PipelineStage(whole, ctx.rank, self.stages)
         self.optimizer = build_optimizer(self.stage, cfg)
         self.orders = schedule_orders(schedules[schedule], self.stages, micro_batches)
         self.played = check_schedule(self.orders, micro_batches)  # ValueError before anything is sent
@@ -109,7 +111,11 @@ class Pipeline:
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         """:func:`minigpt.train.train_step` for a pipeline: the loss (every rank) and the norm."""
         record = self.forward_backward(step)
-        norm = clip_grad_norm_(self.stage, self.cfg.grad_clip, self.norm_counter) if self.cfg.grad_clip > 0 else None
+        norm = (
+            clip_grad_norm_(self.stage, self.cfg.grad_clip, self.names, self.norm_counter)
+            if self.cfg.grad_clip > 0
+            else None
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(step, self.cfg.lr, self.cfg.min_lr, self.cfg.warmup, self.cfg.steps)
         self.optimizer.step()

@@ -153,22 +153,26 @@ def sync_tied_gradient(stage: PipelineStage, first_rank: int, last_rank: int, co
     weight.grad = mine + theirs
 
 
-def clip_grad_norm_(stage: PipelineStage, max_norm: float, counter: ByteCounter) -> torch.Tensor:
-    """Clip by the whole model's gradient norm: each stage adds the squares of its gradients' norms
-    (the tied matrix once, on the first stage), and Lab 01's ring all-reduce of that one number
-    sums the stages (in float64, so the sum of the squares loses nothing worth measuring)."""
-    skip = id(stage.head) if stage.is_last and not stage.is_first else None
-    grads = [p.grad for p in stage.parameters() if p.grad is not None and id(p) != skip]
-    mine = sum(
-        (torch.linalg.vector_norm(g, dtype=torch.float64) ** 2 for g in grads), torch.zeros((), dtype=torch.float64)
-    )
-    total = ring_all_reduce(mine.reshape(1).clone(), "sum", None, counter)
-    norm = torch.sqrt(total[0])
-    scale = min(1.0, max_norm / (float(norm) + 1e-6))
-    if scale < 1.0:
-        for g in [p.grad for p in stage.parameters() if p.grad is not None]:
-            g.mul_(scale)
-    return norm
+def clip_grad_norm_(
+    stage: PipelineStage, max_norm: float, model_names: list[str], counter: ByteCounter
+) -> torch.Tensor:
+    """Clip by the whole model's gradient norm, computed exactly as ``torch.nn.utils.clip_grad_norm_``
+    computes it in one process: the norm of the vector of every parameter's gradient norm, in the
+    model's parameter order (``model_names``: MiniGPT's, the tied matrix once).
+
+    Each stage writes its parameters' norms into their places of a vector of zeros (the tied matrix
+    on the first stage only), and Lab 01's ring all-reduce sums the stages' vectors: each entry is
+    one stage's number plus zeros, so every rank gets the same vector one process would stack. A
+    norm put together another way (say the square root of a float64 sum of squares) differs in the
+    last bits, and AdamW can amplify that difference: the lab page shows by how much."""
+    grads = {name: p.grad for name, p in stage.named_in_model() if p.grad is not None}
+    norms = torch.zeros(len(model_names), dtype=next(iter(grads.values())).dtype)
+    for i, name in enumerate(model_names):
+        if name in grads:
+            norms[i] = torch.linalg.vector_norm(grads[name])
+    total = torch.linalg.vector_norm(ring_all_reduce(norms, "sum", None, counter))
+    torch.nn.utils.clip_grads_with_norm_([p for p in stage.parameters() if p.grad is not None], max_norm, total)
+    return total
 
 
 def step_bytes_model(stages: int, stage: int, batch: int, seq: int, n_embd: int, vocab: int, element_size: int) -> int:
