@@ -85,6 +85,21 @@ def proofs(r: dict, lang: str) -> str:
                     yes(o["max_grad_diff"] <= bound and o["loss_diff"] <= bound, lang),
                 ]
             )
+    for schedule, found in r.get("torch_pipelining", {}).items():
+        name = SCHEDULE_NAMES[schedule]
+        rows.append(
+            [
+                tr(
+                    lang,
+                    f"one step, {name}: gradients against PyTorch's own pipeline (torch.distributed.pipelining)",
+                    f"un paso, {name}: gradientes frente a la tubería de PyTorch (torch.distributed.pipelining)",
+                ),
+                sci(found["max_grad_diff"], lang)
+                + (tr(lang, " (bit-identical)", " (idénticos bit a bit)") if found["bit_identical"] else ""),
+                f"≤ {sci(ONE_STEP_BOUND['float32'], lang, 1)}",
+                yes(found["max_grad_diff"] <= ONE_STEP_BOUND["float32"], lang),
+            ]
+        )
     f32 = one["float32"]
     sent_ok = all(f32[s]["bytes_sent"] == r["bytes_model"] for s in SCHEDULE_NAMES) and (
         r["bytes_per_stage_per_step"] == r["bytes_model"]
