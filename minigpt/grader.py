@@ -217,7 +217,10 @@ def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, det
     files = [
         str(path.relative_to(ROOT))
         for one in ([lab] if lab else labs)
-        for path in [ROOT / "tests" / f"test_lab{one}.py", *sorted((ROOT / "tests").glob(f"test_lab{one}_*_exercises.py"))]
+        for path in [
+            ROOT / "tests" / f"test_lab{one}.py",
+            *sorted((ROOT / "tests").glob(f"test_lab{one}_*_exercises.py")),
+        ]
     ]
     env = {**os.environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
