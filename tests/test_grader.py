@@ -38,15 +38,11 @@ PITFALLS = ROOT / "tests" / "pitfalls"
 
 
 def graded_tests(lab: str) -> list[tuple[str, str, int, int]]:
-    """(test name, exercise, points, cases) of every graded test of tests/test_lab<lab>.py (and of
-    tests/test_lab<lab>_*_exercises.py, where a lab's exercises are split), read from its markers (a
-    parametrized test earns its points once per case)."""
-    split = sorted(p.stem for p in (ROOT / "tests").glob(f"test_lab{lab}_*_exercises.py"))
-    items = [
-        item for stem in [f"test_lab{lab}", *split] for item in vars(importlib.import_module(f"tests.{stem}")).items()
-    ]
+    """(test name, exercise, points, cases) of every graded test of tests/test_lab<lab>.py, read
+    from its markers (a parametrized test earns its points once per case)."""
+    module = importlib.import_module(f"tests.test_lab{lab}")
     found = []
-    for name, fn in items:
+    for name, fn in vars(module).items():
         marks = getattr(fn, "pytestmark", []) if name.startswith("test_") else []
         points = [m.args[0] for m in marks if m.name == "points"]
         if points:

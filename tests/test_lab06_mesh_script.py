@@ -1,18 +1,23 @@
-"""Lab 06's mesh script as a learner runs it: one torchrun of lab/06_mesh.py --check on four ranks
-(HSDP replicate 2 x shard 2, DP 2 x TP 2), its report held against numbers this file works out
-itself from MiniGPT's parameter shapes and the ring factors; and the HSDP model of minigpt.zero
-with its replica all-reduce, by hand."""
+"""Lab 06's mesh script as a learner runs it across two machines: two torchruns of two ranks each
+(``--nnodes=2 --nproc_per_node=2`` on localhost, so every rank sees LOCAL_WORLD_SIZE=2 and the HSDP
+degrees are resolved from the layout, no flag: shard 2 inside a "node", replicate 2 across), its
+report held against numbers this file works out itself from MiniGPT's parameter shapes and the
+ring factors; and the HSDP model of minigpt.zero with its replica all-reduce, by hand."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
 from minigpt.model import MiniGPT
 from minigpt.train import TrainConfig
 from minigpt.zero import comm
-from tests.test_lab05_scripts import parameter_bytes_per_rank, torchrun
+from tests.launcher import free_port
+from tests.limits import limit
+from tests.test_lab01_script import start
+from tests.test_lab05_scripts import parameter_bytes_per_rank
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,12 +43,27 @@ def hsdp_units() -> list[tuple[int, int]]:
     return [(padded(root), 1)] + [(padded(b.parameters()), 2) for b in model.blocks]
 
 
-def test_the_mesh_script_passes_its_check_on_four_ranks(tmp_path):
-    """Four ranks, 4 steps of each mesh: the step drift within Lab 01's 1e-5, one DP x TP step equal
+def two_nodes(args: list[str], timeout_s: float) -> list[str]:
+    """lab/06_mesh.py on two "machines" of two ranks each (torchrun's static rendezvous on
+    localhost); the two launches' stdout, after both ended with status 0."""
+    port = free_port()
+    nodes = []
+    for node in (0, 1):
+        launch = ["--nnodes=2", "--nproc_per_node=2", f"--node_rank={node}", "--master_addr=127.0.0.1"]
+        command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--master_port={port}"]
+        nodes.append(start([*command, "lab/06_mesh.py", *args]))
+    outputs = [n.communicate(timeout=limit(timeout_s)) for n in nodes]
+    for n, (_, err) in zip(nodes, outputs):
+        assert n.returncode == 0, err[-3000:]
+    return [out for out, _ in outputs]
+
+
+def test_the_mesh_script_passes_its_check_on_two_nodes_of_two(tmp_path):
+    """Two "nodes" of two ranks, 4 steps of each mesh: the degrees found from the layout, the step drift within Lab 01's 1e-5, one DP x TP step equal
     to one process, the bytes of every mesh dimension equal to the count by hand, the model states
     of rank 0 equal to 16 bytes per padded parameter over the shard degree plus AdamW's step counters."""
     report = tmp_path / "mesh.json"
-    torchrun(["lab/06_mesh.py", "--shard", "2", "--check", "--steps", "4", "--quiet", "--report", str(report)], 4, 280)
+    two_nodes(["--check", "--steps", "4", "--quiet", "--report", str(report)], 280)
     r = json.loads(report.read_text())
     assert r["passed"] and r["world_size"] == 4, {k: r.get(k) for k in ("passed", "max_step_drift", "bytes_per_dim")}
     assert r["mesh"] == {"hsdp": {"replicate": 2, "shard": 2}, "dp_tp": {"dp": 2, "tp": 2}}

@@ -75,9 +75,12 @@ def test_the_pipeline_runs_prove_what_the_page_says(stages):
     for dtype in one:
         assert one[dtype]["gpipe"]["max_grad_diff"] == one[dtype]["1f1b"]["max_grad_diff"]
     assert r["bytes_model"] == r["bytes_per_stage_per_step"] == bytes_by_hand(p)
-    # "held to Lab 01's criterion", the tied copies bit-identical after every step
+    # "held to Lab 01's criterion" over a whole training run, the tied copies bit-identical after every step
     t = r["training"]
+    assert t["steps"] == TrainConfig().steps, "the committed results are a whole training run (make results-06)"
     assert t["step_drift"]["max"] <= 1e-5 and t["tied_copies_bit_identical"] and r["passed"]
+    # "PyTorch's own pipeline does the same sums in the same order: bit-identical gradients"
+    assert all(r["torch_pipelining"][s] == {"max_grad_diff": 0.0, "bit_identical": True} for s in SCHEDULES)
 
 
 @pytest.mark.parametrize("stages", PIPELINE)
