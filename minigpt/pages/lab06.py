@@ -94,7 +94,7 @@ def proofs(r: dict, lang: str) -> str:
                     f"one step, {name}: gradients against PyTorch's own pipeline (torch.distributed.pipelining)",
                     f"un paso, {name}: gradientes frente a la tubería de PyTorch (torch.distributed.pipelining)",
                 ),
-                sci(found["max_grad_diff"], lang)
+                ("0" if found["max_grad_diff"] == 0 else sci(found["max_grad_diff"], lang))
                 + (tr(lang, " (bit-identical)", " (idénticos bit a bit)") if found["bit_identical"] else ""),
                 f"≤ {sci(ONE_STEP_BOUND['float32'], lang, 1)}",
                 yes(found["max_grad_diff"] <= ONE_STEP_BOUND["float32"], lang),
