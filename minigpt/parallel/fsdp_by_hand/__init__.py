@@ -24,11 +24,13 @@ from minigpt.parallel.fsdp_by_hand.api import (
 from minigpt.parallel.fsdp_by_hand.gradients import clip_grad_norm_
 from minigpt.parallel.fsdp_by_hand.record import Recorder
 from minigpt.parallel.fsdp_by_hand.state import (
+    full_gradients,
     full_optimizer_state_dict,
     full_state_dict,
     load_full_state_dict,
     load_sharded,
     save_sharded,
+    whole_training_state,
 )
 from minigpt.parallel.fsdp_by_hand.unit import MixedPrecision
 
@@ -37,10 +39,12 @@ __all__ = [
     "Recorder",
     "clip_grad_norm_",
     "find_units",
+    "full_gradients",
     "full_optimizer_state_dict",
     "full_state_dict",
     "fully_shard",
     "load_full_state_dict",
+    "whole_training_state",
     "load_sharded",
     "save_sharded",
     "set_modules_to_backward_prefetch",

@@ -69,13 +69,21 @@ def real_rows(shard: torch.Tensor, rows: int, rank: int, world_size: int) -> tor
 
 def local_norms(model: nn.Module) -> list[torch.Tensor]:
     """The norm of this rank's piece of each parameter's gradient (padding rows left out), in the
-    model's parameter order; parameters without a gradient are left out."""
+    model's parameter order; parameters without a gradient are left out. A parameter a unit keeps
+    whole (``ignored_params``) is every rank's whole: its norm counts on the group's first rank
+    only (0 elsewhere), so that the sum over the ranks is its square, exactly."""
     from minigpt.parallel.fsdp_by_hand.api import find_units
+    from minigpt.parallel.fsdp_by_hand.unit import WHOLE_ATTR
 
     sharded = {id(p.shard): (p, unit) for unit in find_units(model) for p in unit.params}
     norms = []
     for shard in model.parameters():
         if shard.grad is None:
+            continue
+        if id(shard) not in sharded:
+            unit = shard.__dict__.get(WHOLE_ATTR)
+            norm = torch.linalg.vector_norm(shard.grad)
+            norms.append(norm if unit is None or unit.rank == 0 else torch.zeros_like(norm))
             continue
         p, unit = sharded[id(shard)]
         norms.append(torch.linalg.vector_norm(real_rows(shard.grad, p.rows, unit.rank, unit.world_size)))

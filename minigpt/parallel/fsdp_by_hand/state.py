@@ -119,6 +119,9 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
     params = [p for group in optimizer.param_groups for p in group["params"]]
     full_state = {}
     for index, per_param in state["state"].items():
+        if id(params[index]) not in sharded:  # a parameter its unit keeps whole (ignored_params)
+            full_state[index] = {k: v.clone() if torch.is_tensor(v) else v for k, v in per_param.items()}
+            continue
         unit, p = sharded[id(params[index])]
         full_state[index] = {
             k: unit.gather_rows(v, p.rows, unit.group).reshape(p.shape).clone()
@@ -127,3 +130,43 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
             for k, v in per_param.items()
         }
     return {"state": full_state, "param_groups": state["param_groups"]}
+
+
+@torch.no_grad()
+def whole_training_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The weights and the optimizer's per-parameter state gathered whole, by parameter name:
+    ``{"weights": full_state_dict, "moments": {key: {name: tensor}}, "step": tensor or None}`` (the
+    format the proof harness loads into one process; every rank calls it). The tied matrix is
+    named once, by its first key, as ``named_parameters()`` names it."""
+    keys = _keys_of_shards(model)
+    full = full_optimizer_state_dict(model, optimizer)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = {"weights": full_state_dict(model), "moments": {}, "step": None}
+    for index, per_param in full["state"].items():
+        name = keys[id(params[index])][0]
+        for key, value in per_param.items():
+            if key == "step":
+                state["step"] = value
+            elif torch.is_tensor(value):
+                state["moments"].setdefault(key, {})[name] = value
+    return state
+
+
+@torch.no_grad()
+def full_gradients(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient gathered whole after backward (its shard holds the reduced rows),
+    by parameter name, the tied matrix under both of its keys (every rank calls it)."""
+    grads = {}
+    keys = _keys_of_shards(model)
+    for unit in find_units(model):
+        for _, p in unit.whole:  # kept whole: every rank holds the averaged gradient
+            if p.grad is not None:
+                for key in keys[id(p)]:
+                    grads[key] = p.grad.detach().clone()
+    for unit, p, keys in _sharded_params(model):
+        if p.shard.grad is None:
+            continue
+        whole = unit.gather_rows(p.shard.grad.detach(), p.rows, unit.group).reshape(p.shape).clone()
+        for key in keys:
+            grads[key] = whole
+    return grads

@@ -43,6 +43,7 @@ from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.record import Recorder
 
 UNIT_ATTR = "_fsdp_by_hand_unit"  # the attribute that marks a module as a unit
+WHOLE_ATTR = "_fsdp_by_hand_whole"  # ... and an ignored parameter, with the unit that keeps it whole
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,26 @@ class FSDPUnit:
         self.gathered = False
         self._in_flight: tuple[dist.Work, torch.Tensor] | None = None
         self._uses = 0  # forwards whose backward has not finished yet
+        self.whole: list[tuple[str, nn.Parameter]] = []  # ignored parameters (keep_whole)
         self._hold("shard")
+
+    def keep_whole(self, named: list[tuple[str, nn.Parameter]]) -> None:
+        """The unit's ignored parameters: left whole in their modules, the same on every rank of the
+        group (rank 0's values are sent to the others once, here)."""
+        self.whole = named
+        for _, p in named:
+            p.__dict__[WHOLE_ATTR] = self
+            with torch.no_grad():
+                dist.broadcast(p.data, dist.get_global_rank(self.group, 0) if self.group else 0, group=self.group)
+
+    def average_whole_gradients(self) -> None:
+        """The mean over the group of each ignored parameter's gradient (each rank computed it from
+        its own rows): one all-reduce per parameter, at the end of backward."""
+        for _, p in self.whole:
+            if p.grad is not None:
+                self.record_collective("all-reduce", p.grad, is_async=False)
+                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.group)
+                p.grad /= self.world_size
 
     # -- moving between shards and whole parameters ---------------------------------------------
 
@@ -262,6 +282,7 @@ class FSDPUnit:
                 unit.post_backward()
         for unit in self.units:
             unit.reshard()
+            unit.average_whole_gradients()
         self._callback_queued = False
 
     def held_bytes(self) -> int:

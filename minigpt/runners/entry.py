@@ -1,0 +1,136 @@
+"""The tail every lab script shares: parse, refuse bad input on every rank, render, start the group,
+run, report, tear down. A runner keeps only what its lab distributes.
+
+    def main(argv=None) -> int:
+        return entry.main(LAB, argv)
+
+where ``LAB = entry.Lab(prog, parse_args, check_args, measure, ...)``:
+
+* ``parse_args(argv)`` - the lab's :class:`minigpt.cli.ArgumentParser` (every number checked by its
+  rule as it is parsed; :func:`add_check_flags` adds the flags of the proof);
+* ``check_args(args, world_size)`` - the settings, or ``ValueError`` naming the value that cannot
+  work (before any process group exists: every rank refuses with the same line, exit 2);
+* ``measure(settings, args, ctx)`` - the lab's work; it returns the report, whose
+  ``criterion_pass`` (when present) is the exit status: 0 when every criterion holds, 1 otherwise;
+* ``render(path)`` - the page's fragments from a report (``--render JSON``), with the keys a
+  report must have and an example path for the refusal line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from minigpt import cli, impl
+from minigpt.parallel import launch, proof
+
+
+@dataclass(frozen=True)
+class Lab:
+    prog: str
+    parse_args: Callable[[list[str] | None], argparse.Namespace]
+    check_args: Callable[[argparse.Namespace, int], object]
+    measure: Callable[[object, argparse.Namespace, launch.DistContext], dict]
+    render: Callable[[Path], list] | None = None
+    render_keys: tuple[str, ...] = ()
+    render_example: str = ""
+    world_size: Callable[[], int] | None = None  # the world size check_args sees (default: WORLD_SIZE)
+
+
+def add_check_flags(p: argparse.ArgumentParser, fp64_steps: int = proof.FP64_MIN_STEPS) -> None:
+    """``--check``, ``--full`` and ``--fp64-steps``: the proof's flags, the same in every lab."""
+    p.add_argument("--check", action="store_true", help="the proofs: the rulers against one process and PyTorch's own")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --check: the whole stories the pages quote (every step of every comparison; long)",
+    )
+    p.add_argument(
+        "--fp64-steps",
+        type=cli.POSITIVE_INT,
+        default=fp64_steps,
+        help=f"--check: steps of the float64 run (at least {proof.FP64_MIN_STEPS})",
+    )
+
+
+def check_proof_flags(args: argparse.Namespace) -> None:
+    """The proof's flags together (before any process group): ``--full`` and ``--fp64-steps`` only
+    mean something with ``--check``, and the float64 ruler needs its steps."""
+    if getattr(args, "full", False) and not args.check:
+        raise cli.BadInput("--full lengthens the proofs of --check: add --check (or leave --full out)")
+    steps = getattr(args, "fp64_steps", None)
+    if steps is not None and steps < proof.FP64_MIN_STEPS:
+        raise cli.BadInput(
+            f"--fp64-steps {steps}: the float64 ruler checks at least {proof.FP64_MIN_STEPS} steps; "
+            f"give {proof.FP64_MIN_STEPS} or more"
+        )
+
+
+def finish(
+    report: dict,
+    args: argparse.Namespace,
+    ctx: launch.DistContext,
+    lines_of: Callable[[dict], list[str]],
+    t_start: float,
+) -> dict:
+    """The end every runner shares: the run's facts, rank 0's lines (``lines_of(report)``) and report
+    file, and a barrier so that no rank ends (and has torchrun stop the others) before rank 0 has
+    reported."""
+    report.update(
+        torch=torch.__version__,
+        backend=ctx.backend,
+        device=str(ctx.device),
+        date=time.strftime("%Y-%m-%d"),
+        seconds=time.perf_counter() - t_start,
+        kernel_set_variables={name: os.environ.get(name) for name in KERNEL_SET_VARIABLES},
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+    )
+    if ctx.is_main:
+        for line in lines_of(report):
+            launch.log(ctx, line)
+        if getattr(args, "report", None):
+            launch.write_report(args.report, report)
+            launch.log(ctx, f"report written to {args.report}")
+    dist.barrier()
+    return report
+
+
+# what picks the CPU kernels, so the float32 rounding (recorded in every report)
+KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def main(lab: Lab, argv: list[str] | None = None) -> int:
+    """A lab script from its command line to its exit status (2: bad input; 1: a broken ruler or a
+    failed run; 0: done, every criterion holding)."""
+    args = lab.parse_args(argv)
+    if getattr(args, "render", None):
+        try:
+            path = cli.input_json(args.render, "--render", lab.render_keys, lab.render_example)
+        except ValueError as exc:
+            return cli.refuse(lab.prog, str(exc))
+        for written in lab.render(path):
+            print(f"wrote {written}")
+        return 0
+    if getattr(args, "impl", None):
+        os.environ[impl.ENV_VAR] = args.impl
+    try:
+        _, _, world_size = launch.torchrun_env()
+        if lab.world_size is not None:
+            world_size = lab.world_size()
+        check_proof_flags(args)
+        settings = lab.check_args(args, world_size)
+    except NotImplementedError as exc:
+        return cli.stop(lab.prog, f"{exc} (your code in lab/exercises/ is not written yet)")
+    except (ValueError, RuntimeError) as exc:
+        return cli.refuse(lab.prog, str(exc))
+    ctx = launch.init(args.timeout)
+    report = launch.run(ctx, lab.prog, lambda: lab.measure(settings, args, ctx))
+    launch.teardown()
+    return 0 if report.get("criterion_pass", True) else 1
