@@ -77,6 +77,7 @@ class FirstStep:
     rows: slice | None
     logits: torch.Tensor | None
     grads: dict[str, torch.Tensor]
+    tokens: torch.Tensor | None = None  # the positions of the logits' tokens (context parallelism)
 
 
 class System(Protocol):
@@ -284,7 +285,8 @@ def first_step_diffs(first: FirstStep, cfg: TrainConfig, ctx) -> dict:
     logit_diff = 0.0
     if first.logits is not None:
         rows = first.rows if first.rows is not None else slice(None)
-        logit_diff = float((first.logits.detach().to(logits.dtype) - logits[rows]).abs().max())
+        expected = logits[rows] if first.tokens is None else logits[rows][:, first.tokens]
+        logit_diff = float((first.logits.detach().to(logits.dtype) - expected).abs().max())
     grad_diff = max(
         (float((g.detach().to(grads[n].dtype) - grads[n]).abs().max()) for n, g in first.grads.items() if n in grads),
         default=0.0,

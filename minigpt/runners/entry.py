@@ -44,8 +44,11 @@ class Lab:
     world_size: Callable[[], int] | None = None  # the world size check_args sees (default: WORLD_SIZE)
 
 
-def add_check_flags(p: argparse.ArgumentParser, fp64_steps: int = proof.FP64_MIN_STEPS) -> None:
-    """``--check``, ``--full`` and ``--fp64-steps``: the proof's flags, the same in every lab."""
+def add_check_flags(
+    p: argparse.ArgumentParser, fp64_steps: int = proof.FP64_MIN_STEPS, check_steps: int | None = None
+) -> None:
+    """``--check``, ``--full`` and ``--fp64-steps`` (and, where a lab's default check trains only the
+    first steps of its run, ``--check-steps``): the proof's flags, the same in every lab."""
     p.add_argument("--check", action="store_true", help="the proofs: the rulers against one process and PyTorch's own")
     p.add_argument(
         "--full",
@@ -58,6 +61,21 @@ def add_check_flags(p: argparse.ArgumentParser, fp64_steps: int = proof.FP64_MIN
         default=fp64_steps,
         help=f"--check: steps of the float64 run (at least {proof.FP64_MIN_STEPS})",
     )
+    if check_steps is not None:
+        p.add_argument(
+            "--check-steps",
+            type=cli.POSITIVE_INT,
+            default=check_steps,
+            help="--check: train and check the first N steps of the run's --steps (its schedule); --full: all",
+        )
+
+
+def steps_trained(args: argparse.Namespace, steps: int) -> int:
+    """How many of the run's ``steps`` this invocation trains: all of them, except under a default
+    ``--check`` (no ``--full``) of a lab with ``--check-steps``."""
+    if getattr(args, "check", False) and not getattr(args, "full", False) and getattr(args, "check_steps", None):
+        return min(args.check_steps, steps)
+    return steps
 
 
 def check_proof_flags(args: argparse.Namespace) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 
@@ -32,14 +31,18 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from minigpt import cli, impl
-from minigpt.parallel import launch
+from minigpt import cli, grammar, impl
+from minigpt.parallel import equivalence, launch, proof
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import ring_attention, ring_attention_bytes, split_sequence
+from minigpt.parallel.tensor_parallel.context_parallel import CPMiniGPT, cp_bytes_per_step
 from minigpt.parallel.tensor_parallel.kit import kit_for
 from minigpt.parallel.tensor_parallel.ring_attention import block_mask, positions
+from minigpt.runners import entry
+from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 
 PROG = "lab/05_ring_attention.py"
+DEFAULT_CHECK_STEPS = 100  # --check: MiniGPT trained context-parallel for the first 100 of 450 steps (--full: all)
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -132,24 +135,123 @@ def measure(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
         "bytes_model": f32[-1]["bytes_model"],
         "refused": refusals(ctx),
     }
-    report["passed"] = bool(
-        all(c["max_out_diff"] <= TOLERANCE[c["dtype"]] and c["max_grad_diff"] <= TOLERANCE[c["dtype"]] for c in cases)
-        and all(set(c["bytes_forward"]) == set(c["bytes_backward"]) == {c["bytes_model"]} for c in cases)
-        and all(len(set(c["scores_needed"])) == 1 for c in cases if c["load_balanced"])
-        and all(report["refused"].values())
+    verdict = proof.Verdict()
+    for dtype_name, bound in TOLERANCE.items():
+        mine = [c for c in cases if c["dtype"] == dtype_name]
+        verdict.at_most(f"attention_{dtype_name}_out_diff", max(c["max_out_diff"] for c in mine), bound, "every case")
+        verdict.at_most(f"attention_{dtype_name}_grad_diff", max(c["max_grad_diff"] for c in mine), bound, "every case")
+    verdict.true(
+        "attention_bytes_match_model",
+        all(set(c["bytes_forward"]) == set(c["bytes_backward"]) == {c["bytes_model"]} for c in cases),
+        "(cp-1)/cp of K and V, forward and backward, every case",
     )
+    verdict.true(
+        "load_balanced_equal_work",
+        all(len(set(c["scores_needed"])) == 1 for c in cases if c["load_balanced"]),
+        "every rank needs the same scores",
+    )
+    verdict.true("lengths_refused", all(report["refused"].values()), "lengths the split cannot cut")
+    if args.check:
+        train_and_prove(args, ctx, report, verdict)
+        report.update(verdict.keys())
+    return entry.finish(report, args, ctx, summary, t_start)
+
+
+class CPSystem:
+    """MiniGPT trained with context parallelism (:class:`~minigpt.parallel.tensor_parallel.context_parallel.CPMiniGPT`,
+    load-balanced) as the proof harness sees it: every rank every row, its tokens of each."""
+
+    def __init__(self, cfg: TrainConfig, counter: ByteCounter | None = None):
+        self.cfg, self.counter = cfg, counter or ByteCounter()
+        self.model = CPMiniGPT(build_model(cfg), load_balanced=True, counter=self.counter, kit=kit_for())
+        self.optimizer = build_optimizer(self.model.model, cfg)
+        self.sent: list[int] = []
+
+    def _forward_backward(self, step: int):
+        cfg = self.cfg
+        x, y, mask = grammar.get_batch("train", step, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        logits, share = self.model(x, y, mask)
+        share.backward()
+        self.model.all_reduce_gradients()
+        return logits, share
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        cfg = self.cfg
+        self.counter.reset()
+        _, share = self._forward_backward(step)
+        params = list(self.model.model.parameters())
+        norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else None
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.sent.append(self.counter.sent)
+        loss = share.detach().to(torch.float64).reshape(1)
+        dist.all_reduce(loss)
+        return float(loss[0]), norm
+
+    def whole_state(self) -> dict:
+        return proof.plain_state(self.model.model, self.optimizer)
+
+    def first_step(self) -> proof.FirstStep:
+        logits, _ = self._forward_backward(0)
+        grads = {n: p.grad for n, p in self.model.model.named_parameters() if p.grad is not None}
+        return proof.FirstStep(slice(None), logits.detach(), grads, self.model.positions(self.cfg.block_size))
+
+
+PYTORCH_CP_REASON = (
+    "torch.distributed.tensor.experimental.context_parallel needs scaled_dot_product_attention's CUDA "
+    "kernels: on CPU it stops with 'Operator aten._scaled_dot_product_flash_attention_for_cpu.default does "
+    "not have a sharding strategy registered' (torch 2.13)"
+)
+
+
+def train_and_prove(args: argparse.Namespace, ctx: launch.DistContext, report: dict, verdict: proof.Verdict) -> None:
+    """The harness's rulers on MiniGPT trained with context parallelism: one step, float64, float32 over
+    the first ``--check-steps`` steps (reported: every attention's sums are reordered), bytes, ranks."""
+    cfg = TrainConfig(seed=args.seed)
+    trained = entry.steps_trained(args, cfg.steps)
+    check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run", report=report)
+    check.first_step(lambda c: CPSystem(c), cfg, ctx)
+    check.float64(lambda c: CPSystem(c), cfg, ctx, args.fp64_steps)
+    launch.log(
+        ctx,
+        f"MiniGPT, context parallel: one step: logits {report['fp32_first_step_logit_diff']:.1e}, gradients "
+        f"{report['fp32_first_step_grad_diff']:.1e} | float64: step drift {report['fp64_max_step_drift']:.1e} over "
+        f"{report['fp64_steps']} steps; now {trained} float32 steps",
+    )
+    system = CPSystem(cfg)
+    run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", steps=trained)
+    check.float32(run)
+    digests = [None] * ctx.world_size
+    dist.all_gather_object(digests, equivalence.params_digest(system.model.model))
+    report["training"] = {
+        "steps": trained,
+        "schedule_steps": cfg.steps,
+        "final_loss": run.losses[-1],
+        "bytes_sent_per_step": system.sent[-1],
+        "step_drift": run.summary(),
+    }
     report.update(
-        torch=torch.__version__,
-        backend=ctx.backend,
-        date=time.strftime("%Y-%m-%d"),
-        seconds=time.perf_counter() - t_start,
+        bytes_model_per_step=cp_bytes_per_step(
+            cfg.batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, cfg.n_layer, ctx.world_size
+        ),
+        ranks_bit_identical=len(set(digests)) == 1,
+        pytorch_impl=None,
+        pytorch_impl_reason=PYTORCH_CP_REASON,
+        same_as_pytorch=None,
+        pytorch_max_diff=None,
     )
-    if ctx.is_main:
-        summary(report, ctx)
-        if args.report:
-            launch.write_report(args.report, report)
-            launch.log(ctx, f"report written to {args.report}")
-    return report
+    judged = check.judge()
+    verdict.rulers += judged.rulers
+    verdict.equal(
+        "bytes_sent_per_step",
+        report["training"]["bytes_sent_per_step"],
+        report["bytes_model_per_step"],
+        "ring attention",
+    )
+    verdict.true("ranks_bit_identical", report["ranks_bit_identical"], "every rank's weights after the run")
+    verdict.reported("pytorch_impl", "none on CPU", "context_parallel needs CUDA's attention kernels")
 
 
 def refusals(ctx: launch.DistContext) -> dict[str, str | None]:
@@ -164,25 +266,27 @@ def refusals(ctx: launch.DistContext) -> dict[str, str | None]:
     return found
 
 
-def summary(report: dict, ctx: launch.DistContext) -> None:
+def summary(report: dict) -> list[str]:
+    lines = []
     for c in report["cases"]:
         if c["dtype"] != "float32":
             continue
-        launch.log(
-            ctx,
+        lines.append(
             f"T {c['seq_len']:4d} {'load-balanced' if c['load_balanced'] else 'contiguous   '} | output "
             f"{c['max_out_diff']:.1e}, gradients {c['max_grad_diff']:.1e} | bytes forward {c['bytes_forward'][0]:,}, "
             f"backward {c['bytes_backward'][0]:,} (model {c['bytes_model']:,.0f}) | per rank: scores needed "
-            f"{c['scores_needed']}, computed {c['scores_computed']}",
+            f"{c['scores_needed']}, computed {c['scores_computed']}"
         )
-    f64 = max(max(c["max_out_diff"], c["max_grad_diff"]) for c in report["cases"] if c["dtype"] == "float64")
-    launch.log(
-        ctx,
-        f"check {'PASS' if report['passed'] else 'FAIL'}: output {report['max_out_diff']:.1e}, gradients "
-        f"{report['max_grad_diff']:.1e} (float32, <= 1e-5), {f64:.1e} (float64, <= 1e-12) | bytes = (cp-1)/cp of "
-        f"K and V, forward and backward | lengths refused: {sum(map(bool, report['refused'].values()))}/"
-        f"{len(report['refused'])}",
-    )
+    if "training" in report:
+        t = report["training"]
+        lines.append(
+            f"MiniGPT, context parallel over {report['cp']} ranks (load-balanced): {t['steps']} of "
+            f"{t['schedule_steps']} steps | loss {t['final_loss']:.4f} | ring attention bytes per rank per step "
+            f"{t['bytes_sent_per_step']:,} (model {report['bytes_model_per_step']:,})"
+        )
+    if report.get("rulers"):
+        lines += proof.Verdict.of(report).lines()
+    return lines
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -192,7 +296,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heads", type=cli.POSITIVE_INT, default=4, help="attention heads")
     p.add_argument("--head-dim", type=cli.POSITIVE_INT, default=24, help="features per head (MiniGPT: 96 / 4)")
     p.add_argument("--seed", type=cli.SEED, default=0, help="the random Q, K, V")
-    p.add_argument("--check", action="store_true", help="exit 1 unless every comparison holds")
+    entry.add_check_flags(p, check_steps=DEFAULT_CHECK_STEPS)
     p.add_argument(
         "--impl",
         choices=impl.IMPLS,
@@ -220,29 +324,25 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
         cli.output_file(args.report, "--report")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.render:
-        from minigpt.pages import lab05
+def render(path) -> list:
+    from minigpt.pages import lab05
 
-        try:
-            cli.input_json(args.render, "--render", ("cases", "cp"), "lab/results/05-ring-attention-cpu.json")
-        except ValueError as exc:
-            return cli.refuse(PROG, str(exc))
-        for path in lab05.render(args.render):
-            print(f"wrote {path}")
-        return 0
-    try:
-        _, _, world_size = launch.torchrun_env()
-        check_args(args, world_size)
-    except (ValueError, RuntimeError) as exc:
-        return cli.refuse(PROG, str(exc))
-    if args.impl:
-        os.environ[impl.ENV_VAR] = args.impl
-    ctx = launch.init(args.timeout)
-    report = launch.run(ctx, PROG, lambda: measure(args, ctx))
-    launch.teardown()
-    return 0 if report["passed"] or not args.check else 1
+    return lab05.render(path)
+
+
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_args,
+    lambda _, args, ctx: measure(args, ctx),
+    render,
+    ("cases", "cp"),
+    "lab/results/05-ring-attention-cpu.json",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(LAB, argv)
 
 
 if __name__ == "__main__":
