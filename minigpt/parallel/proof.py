@@ -94,18 +94,27 @@ class System(Protocol):
         """One forward and backward of step 0's batch from the initial weights, no optimizer step."""
 
 
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """A whole copy of a tensor, or of a DTensor gathered (every rank of its mesh calls it). A copy
+    always: a replicated DTensor's ``full_tensor()`` is its local tensor itself, which the
+    optimizer's next step would change under the caller."""
+    t = t.detach()
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).clone()
+
+
 def plain_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> State:
-    """The :data:`State` of a model every rank holds whole (DDP, ZeRO's parameters), with its
-    optimizer's moments by parameter name (copies: the optimizer updates its own in place)."""
-    state: State = {"weights": {n: p.detach().clone() for n, p in model.state_dict().items()}, "moments": {}}
+    """The :data:`State` of a model every rank holds whole (DDP), or as DTensors (FSDP2, which are
+    gathered: a collective), with its optimizer's moments by parameter name (copies: the optimizer
+    updates its own in place)."""
+    state: State = {"weights": {n: whole(p) for n, p in model.state_dict().items()}, "moments": {}}
     state["step"] = None
     for name, p in model.named_parameters():
         per = optimizer.state.get(p, {})
         for key, value in per.items():
             if key == "step":
-                state["step"] = value.clone()
+                state["step"] = whole(value)
             elif torch.is_tensor(value):
-                state["moments"].setdefault(key, {})[name] = value.detach().clone()
+                state["moments"].setdefault(key, {})[name] = whole(value)
     return state
 
 
@@ -200,7 +209,7 @@ class SharedTwins:
     def keep(self, step: int, before: State, after: State, norm: torch.Tensor | None) -> bool:
         """Call on every rank after every step; True when the window is full (then call :meth:`share`)."""
         if step % self.ctx.world_size == self.ctx.rank:
-            self.kept.append((step, before, after["weights"], None if norm is None else norm.detach().clone()))
+            self.kept.append((step, before, after["weights"], None if norm is None else whole(norm)))
         return step + 1 - self.first >= self.window
 
     def share(self, last: int, run: DriftRun) -> None:
@@ -275,7 +284,7 @@ def one_process_first_step(cfg: TrainConfig, device: torch.device | str = "cpu")
     logits, loss = model(x, y, mask)
     loss.backward()
     grads = {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}
-    grads["lm_head.weight"] = grads.get("wte.weight")
+    grads["lm_head.weight"] = grads["wte.weight"]
     return logits.detach(), grads
 
 
@@ -288,7 +297,7 @@ def first_step_diffs(first: FirstStep, cfg: TrainConfig, ctx) -> dict:
         expected = logits[rows] if first.tokens is None else logits[rows][:, first.tokens]
         logit_diff = float((first.logits.detach().to(logits.dtype) - expected).abs().max())
     grad_diff = max(
-        (float((g.detach().to(grads[n].dtype) - grads[n]).abs().max()) for n, g in first.grads.items() if n in grads),
+        (float((whole(g).to(grads[n].dtype) - grads[n]).abs().max()) for n, g in first.grads.items() if n in grads),
         default=0.0,
     )
     found = torch.tensor([logit_diff, grad_diff, float(len(first.grads))], dtype=torch.float64, device=ctx.device)

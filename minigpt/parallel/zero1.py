@@ -204,9 +204,12 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         squares of every rank's chunk, all-reduced); returns that norm, like
         ``torch.nn.utils.clip_grad_norm_``. A gradient-less parameter's zeros add nothing."""
         self.reduce_gradients()
-        local = torch.zeros(1, dtype=torch.float32, device=self._device())
+        # the squares summed in the gradients' own dtype: a float64 run's norm in float32 would round
+        # the clipping scale to float32 (8.8e-8 of step drift in float64, where 1e-15 is the algorithm)
+        dtype = self.flat_grads[0].dtype if self.flat_grads else torch.float32
+        local = torch.zeros(1, dtype=dtype, device=self._device())
         for g in self.shard_grads():
-            local += g.float().pow(2).sum()
+            local += g.to(dtype).pow(2).sum()
         ring.ring_all_reduce(local, "sum", self.process_group, self.counter)
         norm = local.sqrt()
         coefficient = torch.clamp(max_norm / (norm + eps), max=1.0)

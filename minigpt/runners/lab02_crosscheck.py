@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
 
-from minigpt import cli
+from minigpt import cli, grammar
 from minigpt.divergence import Watch
-from minigpt.parallel import equivalence, launch
+from minigpt.parallel import equivalence, launch, proof
+from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
 
@@ -148,36 +149,119 @@ def census(run: Run) -> dict:
     return model_state_bytes(run.model, run.optimizer)
 
 
-def train(run: Run, cfg: TrainConfig, ctx: launch.DistContext, steps: int, check: bool) -> None:
-    """``steps`` steps of ``run``, each measured and (with ``check``) held against one process."""
-    from minigpt.fsdp.memory import PeakMemory
-    from minigpt.fsdp.practice import CollectiveCounter
+class CrossSystem:
+    """One variant as the proof harness sees it, measured as it trains: the bytes it sends, the model
+    states after the optimizer step, the peak of every tensor during the step."""
 
-    probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)  # Lab 01's exact probe
-    watch = Watch(run.model, cfg)  # nan or inf: the step, the value, the setting to look at
-    reference = build_model(cfg).to(ctx.device)
-    ref_optimizer = build_optimizer(reference, cfg)
-    run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
-    for step in range(steps):
-        if check:
-            load_reference(run, reference, ref_optimizer)
+    def __init__(self, name: str, cfg: TrainConfig, ctx: launch.DistContext):
+        from minigpt.fsdp.practice import CollectiveCounter
+
+        self.cfg, self.ctx, self.counter_class = cfg, ctx, CollectiveCounter
+        self.run = run = build(name, cfg, ctx)
+        self.watch = Watch(run.model, cfg)  # nan or inf: the step, the value, the setting to look at
+        run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
+        self.norm: list[torch.Tensor | None] = [None]
+        if name == "zero1":
+            clip = run.optimizer.clip_grad_norm_
+
+            def keep(max_norm: float) -> torch.Tensor:
+                self.norm[0] = clip(max_norm)
+                return self.norm[0]
+
+            run.optimizer.clip_grad_norm_ = keep
+        else:
+            last = proof.run_norm_capture(run.model, run.optimizer)
+            self.norm = None
+            self.last_norm = last
+
+    def _norm(self):
+        return self.norm[0] if self.norm is not None else self.last_norm()
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        from minigpt.fsdp.memory import PeakMemory
+
+        run, ctx = self.run, self.ctx
         reset_bytes(run)
         t0 = time.perf_counter()
-        with CollectiveCounter() as counter, PeakMemory(ctx.device) as peak:
-            loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
+        with self.counter_class() as counter, PeakMemory(ctx.device) as peak:
+            loss = train_step(run.wrapped, run.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
         run.seconds += time.perf_counter() - t0
         # this rank's loss; a nan anywhere reaches every rank's weights through the averaged gradient
-        watch.after_step(step, loss)
+        self.watch.after_step(step, loss)
         run.sent_per_step.append(bytes_sent(run, counter))
         run.peak_step_bytes = max(run.peak_step_bytes, peak.peak_bytes)
-        if check:
-            train_step(reference, ref_optimizer, step, cfg)
-            weights = {k: full(v.detach()) for k, v in run.model.state_dict().items()}  # FSDP2: gathered
-            drift = torch.tensor([probe.drift(reference, weights)], dtype=torch.float64)
-            dist.all_reduce(drift, op=dist.ReduceOp.MAX)
-            run.drift.add(float(drift))
-            if run.name == "fsdp2":
-                reshard(run.model)
+        total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(total)
+        return float(total) / ctx.world_size, self._norm()
+
+    def whole_state(self) -> dict:
+        run = self.run
+        if run.name != "zero1":
+            return proof.plain_state(run.model, run.optimizer)
+        scratch = build_model(self.cfg).to(self.ctx.device)  # ZeRO-1's shards, gathered into one AdamW
+        optimizer = build_optimizer(scratch, self.cfg)
+        run.optimizer.load_into(optimizer)
+        state = proof.plain_state(scratch, optimizer)
+        state["weights"] = {n: v.detach().clone() for n, v in run.model.state_dict().items()}
+        return state
+
+    def first_step(self) -> proof.FirstStep:
+        cfg, ctx, run = self.cfg, self.ctx, self.run
+        x, y, mask = (
+            t.to(ctx.device)
+            for t in grammar.get_batch(
+                "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+            )
+        )
+        logits, loss = run.wrapped(x, y, mask)
+        loss.backward()
+        # ZeRO-1 keeps only its shard of the averaged gradient: its first step shows the logits; the
+        # float64 ruler holds its whole step
+        grads = (
+            {} if run.name == "zero1" else {n: p.grad for n, p in run.model.named_parameters() if p.grad is not None}
+        )
+        rows = grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size)
+        return proof.FirstStep(rows, proof.whole(logits), grads)
+
+
+def zero_redundancy(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> dict:
+    """Our ZeRO-1 against PyTorch's ``ZeroRedundancyOptimizer`` (with ``DistributedDataParallel``, which
+    it needs for the averaged gradient), from the same weights, ``steps`` steps side by side: without
+    clipping the arithmetic is the same and the weights must be bit-identical; with clipping the
+    two global norms round differently (ours sums the squares of its shard, PyTorch's takes each
+    parameter's norm), so they are within a bound."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
+
+    from minigpt.parallel.zero1 import ZeroOneOptimizer
+
+    out = {}
+    for name, clip in (("without_clipping", 0.0), ("with_clipping", cfg.grad_clip)):
+        c = replace(cfg, grad_clip=clip)
+        ours = build_model(c).to(ctx.device)
+        our_opt = ZeroOneOptimizer(zero1_param_groups(ours, c), torch.optim.AdamW, lr=c.lr, betas=(0.9, 0.95))
+        theirs = build_model(c).to(ctx.device)
+        groups = zero1_param_groups(theirs, c)
+        their_opt = ZeroRedundancyOptimizer(
+            groups[0]["params"],
+            optimizer_class=torch.optim.AdamW,
+            lr=c.lr,
+            betas=(0.9, 0.95),
+            weight_decay=groups[0]["weight_decay"],
+        )
+        their_opt.add_param_group(groups[1])
+        wrapped = DistributedDataParallel(theirs)
+        diffs = []
+        for step in range(steps):
+            train_step(ours, our_opt, step, c, ctx.rank, ctx.world_size)
+            train_step(wrapped, their_opt, step, c, ctx.rank, ctx.world_size)
+            diffs.append(
+                max(
+                    float((a.detach() - b.detach()).abs().max()) for a, b in zip(ours.parameters(), theirs.parameters())
+                )
+            )
+        out[name] = {"steps": steps, "max_difference": max(diffs), "bit_identical": max(diffs) == 0.0}
+    return out
 
 
 # --- what the model predicts -------------------------------------------------------------------
@@ -254,7 +338,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--steps", type=cli.POSITIVE_INT, default=20, help="steps per variant")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
-    p.add_argument("--no-check", action="store_true", help="skip the per-step check against one process")
+    p.add_argument("--no-check", action="store_true", help="skip the proofs (one process, PyTorch's ZeRO-1)")
+    p.add_argument(
+        "--fp64-steps",
+        type=cli.POSITIVE_INT,
+        default=proof.FP64_MIN_STEPS,
+        help=f"steps of the float64 run (at least {proof.FP64_MIN_STEPS})",
+    )
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and batches of every variant")
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
@@ -278,57 +368,42 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return variants
 
 
+PYTORCH_ZERO1_BOUND = 1e-6  # ZeRO-1 with clipping against ZeroRedundancyOptimizer
+
+
 def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
-    """Train and measure each variant in turn. The models live and die in here: none of them (nor
-    the collectives FSDP keeps in its modules) may outlive the process group, or gloo's threads can
-    abort the process at exit."""
-    results = {}
+    """Train and measure each variant in turn, each against one process (the harness's twins), then
+    the rulers. The models live and die in here: none of them (nor the collectives FSDP keeps in
+    its modules) may outlive the process group, or gloo's threads can abort the process at exit."""
+    t_start = time.perf_counter()
+    check = not args.no_check
+    psi = build_model(cfg).num_params()
+    results, rulers = {}, {}
     for name in variants:
-        run = build(name, cfg, ctx)
-        train(run, cfg, ctx, args.steps, not args.no_check)
-        results[name] = summarize(run, run.model.num_params(), ctx)
+        proofs = proof.Proof(proof.DATA_PARALLEL, twin_norm="run")
+        if check:
+            proofs.first_step(lambda c, name=name: CrossSystem(name, c, ctx), cfg, ctx)
+            if name != "fsdp2":  # FSDP2 is PyTorch's own: the algorithm ruler is for ours
+                proofs.float64(lambda c, name=name: CrossSystem(name, c, ctx), cfg, ctx, args.fp64_steps)
+        system = CrossSystem(name, cfg, ctx)
+        drift = proof.run_with_twin(system, cfg, ctx, twin_norm="run", check=check, steps=args.steps)
+        system.run.drift = drift.drift
+        if check:
+            proofs.float32(drift)
+        results[name] = summarize(system.run, psi, ctx)
+        rulers[name] = proofs.report
         launch.log(
             ctx,
             f"{name}: {results[name]['bytes_sent_per_step']:,} bytes/step "
-            f"(model {results[name]['prediction']['bytes']:,.0f}), step drift "
-            f"{results[name]['step_drift']['max']:.2e}",
+            f"(model {results[name]['prediction']['bytes']:,.0f})"
+            + (f", step drift {results[name]['step_drift']['max']:.2e}" if check else ""),
         )
-    return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        if args.render:
-            from minigpt.pages.lab02_crosscheck import render_files
-
-            for path in render_files(
-                cli.input_json(
-                    args.render, "--render", ("variants", "world_size"), "lab/results/02-crosscheck-cpu.json"
-                )
-            ):
-                print(f"wrote {path}")
-            return 0
-        variants = check_args(args)
-    except ValueError as exc:
-        return cli.refuse(PROG, str(exc))
-    ctx = launch.init(args.timeout)
-    cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
-    results = launch.run(ctx, PROG, lambda: measure(variants, cfg, args, ctx))
-    psi = build_model(cfg).num_params()
     report = {
         "world_size": ctx.world_size,
-        "backend": ctx.backend,
-        "device": str(ctx.device),
         "params": psi,
         "steps": args.steps,
         "seed": args.seed,
-        "torch": torch.__version__,
-        "tolerance": equivalence.TOLERANCE,
         "variants": results,
-        "passed": all(r["step_drift"]["max"] <= equivalence.TOLERANCE for r in results.values())
-        if not args.no_check
-        else None,
     }
     # every rank's own numbers: the report keeps rank 0's and says whether the others agree
     every = [None] * ctx.world_size
@@ -336,12 +411,77 @@ def main(argv: list[str] | None = None) -> int:
         every, {k: (r["bytes_sent_per_step"], r["model_states_after_step"]["total"]) for k, r in results.items()}
     )
     report["per_rank"] = every
-    if ctx.is_main:
-        from minigpt.pages.lab02_crosscheck import console_table
+    if check:
 
-        print(console_table(report))
-        if args.report:
-            launch.write_report(args.report, report)
-            launch.log(ctx, f"report written to {args.report}")
-    launch.teardown()
-    return 0 if report["passed"] in (True, None) else 1
+        def worst(key: str) -> float:
+            return max(r[key] for r in rulers.values() if key in r)
+
+        report.update(
+            fp64_max_step_drift=worst("fp64_max_step_drift"),
+            fp64_steps=min(r["fp64_steps"] for r in rulers.values() if "fp64_steps" in r),
+            fp32_first_step_logit_diff=worst("fp32_first_step_logit_diff"),
+            fp32_first_step_grad_diff=worst("fp32_first_step_grad_diff"),
+            fp32_max_step_drift=worst("fp32_max_step_drift"),
+            fp32_worst_step=max(rulers.values(), key=lambda r: r["fp32_max_step_drift"])["fp32_worst_step"],
+            fp32_steps=args.steps,
+            fp32_norm_rel_diff=worst("fp32_norm_rel_diff"),
+            fp32_twin_clips_with="run",
+            rulers_per_variant=rulers,
+        )
+        if "zero1" in variants:
+            report["zero_redundancy"] = zero_redundancy(cfg, ctx, args.steps)
+            z = report["zero_redundancy"]
+            report.update(
+                pytorch_impl="torch.distributed.optim.ZeroRedundancyOptimizer (with DistributedDataParallel)",
+                pytorch_max_diff=z["with_clipping"]["max_difference"],
+                same_as_pytorch=z["without_clipping"]["bit_identical"]
+                and z["with_clipping"]["max_difference"] <= PYTORCH_ZERO1_BOUND,
+            )
+        else:
+            report.update(pytorch_impl=None, pytorch_impl_reason="ZeRO-1 not among --variants", same_as_pytorch=None)
+        v = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report).judge()
+        if "zero_redundancy" in report:
+            z = report["zero_redundancy"]
+            v.true(
+                "same_as_pytorch",
+                report["same_as_pytorch"],
+                f"ZeRO-1: bit-identical without clipping, within {PYTORCH_ZERO1_BOUND:g} with, {args.steps} steps",
+            )
+        for name, r in results.items():
+            v.true(f"{name}.bytes_constant_over_steps", r["bytes_constant_over_steps"], "every step sends the same")
+        report.update(v.keys())
+    return entry.finish(report, args, ctx, lines_of, t_start)
+
+
+def lines_of(report: dict) -> list[str]:
+    from minigpt.pages.lab02_crosscheck import console_table
+
+    lines = console_table(report).splitlines()
+    if report.get("rulers"):
+        lines += proof.Verdict.of(report).lines()
+    return [line.removeprefix("[rank 0] ") for line in lines]
+
+
+def render(path) -> list:
+    from minigpt.pages.lab02_crosscheck import render_files
+
+    return render_files(path)
+
+
+def check_settings(args: argparse.Namespace, world_size: int) -> tuple[list[str], TrainConfig]:
+    return check_args(args), TrainConfig(seed=args.seed, steps=max(args.steps, 1))
+
+
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_settings,
+    lambda settings, args, ctx: measure(settings[0], settings[1], args, ctx),
+    render,
+    ("variants", "world_size"),
+    "lab/results/02-crosscheck-cpu.json",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(LAB, argv)

@@ -29,17 +29,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import logging
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
-from minigpt.parallel import equivalence, launch
+from minigpt.parallel import launch, proof
 from minigpt.parallel.mesh import BatchPlan, hsdp as mh, resolve_hsdp, torchrun_layout
 from minigpt.parallel.ring import ByteCounter, chunk_bounds
+from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
 PROG = "lab/06_mesh.py"
@@ -87,55 +89,82 @@ def hsdp_model(cfg: TrainConfig, replicate: int, shard: int, shard_index: int) -
     }
 
 
+class HSDPSystem:
+    """FSDP2 on a ``(replicate, shard)`` mesh, every rank on its slice of the batch, as the proof
+    harness sees it; each step's bytes per mesh dimension counted on FSDP2's own calls."""
+
+    def __init__(self, cfg: TrainConfig, ctx: launch.DistContext, replicate: int, shard: int):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from minigpt.fsdp.memory import model_state_bytes
+
+        self.cfg, self.ctx, self.replicate, self.shard = cfg, ctx, replicate, shard
+        self.mesh = init_device_mesh("cpu", (replicate, shard), mesh_dim_names=("replicate", "shard"))
+        self.dims = {"shard": self.mesh.get_group("shard"), "replicate": self.mesh.get_group("replicate")}
+        self.model = mh.hsdp_shard(build_model(cfg), self.mesh)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.norm = proof.run_norm_capture(self.model, self.optimizer)
+        self.census: dict = {}
+        self.optimizer.register_step_post_hook(
+            lambda *_: self.census.update(model_state_bytes(self.model, self.optimizer))
+        )
+        self.sent: list[dict] = []
+        self.calls: dict = {}
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        ctx = self.ctx
+        with mh.MeshCollectiveCounter(self.dims) as counter:
+            loss = train_step(self.model, self.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
+        self.sent.append(mh.bytes_sent_per_dim(counter, {"shard": self.shard, "replicate": self.replicate}))
+        self.calls = counter.summary()
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)
+        return float(total) / ctx.world_size, self.norm()
+
+    def whole_state(self) -> dict:
+        return proof.plain_state(self.model, self.optimizer)
+
+    def first_step(self) -> proof.FirstStep:
+        cfg, ctx = self.cfg, self.ctx
+        x, y, mask = grammar.get_batch(
+            "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+        )
+        logits, loss = self.model(x, y, mask)
+        loss.backward()
+        grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+        return proof.FirstStep(grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size), logits.detach(), grads)
+
+
 def run_hsdp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, replicate: int, shard: int) -> dict:
-    """``cfg.steps`` steps of MiniGPT under FSDP2 on a ``(replicate, shard)`` mesh, every rank on its
-    slice of the batch: each step's bytes per mesh dimension, the model states after the optimizer
-    step, and (``--check``) the step drift against the single-process twin."""
-    from torch.distributed.device_mesh import init_device_mesh
+    """``cfg.steps`` steps of MiniGPT under FSDP2 on a ``(replicate, shard)`` mesh: each step's bytes per
+    mesh dimension, the model states after the optimizer step, and (``--check``) the harness's rulers."""
+    check = proof.Proof(proof.DATA_PARALLEL, twin_norm="run")
+    if args.check:
+        check.first_step(lambda c: HSDPSystem(c, ctx, replicate, shard), cfg, ctx)
+        check.float64(lambda c: HSDPSystem(c, ctx, replicate, shard), cfg, ctx, args.fp64_steps)
+    system = HSDPSystem(cfg, ctx, replicate, shard)
 
-    from minigpt.fsdp.memory import model_state_bytes
-    from minigpt.runners.lab02_crosscheck import Run, full, load_reference, reshard
-
-    mesh = init_device_mesh("cpu", (replicate, shard), mesh_dim_names=("replicate", "shard"))
-    dims = {"shard": mesh.get_group("shard"), "replicate": mesh.get_group("replicate")}
-    model = mh.hsdp_shard(build_model(cfg), mesh)
-    optimizer = build_optimizer(model, cfg)
-    census: dict = {}
-    optimizer.register_step_post_hook(lambda *_: census.update(model_state_bytes(model, optimizer)))
-    run = Run("fsdp2", model, model, optimizer)
-    probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)
-    reference = build_model(cfg)  # the single-process twin, given the whole state before each step
-    ref_optimizer = build_optimizer(reference, cfg)
-    drift, sent, calls, losses = equivalence.DriftLog(), [], {}, []
-    for step in range(cfg.steps):
-        if args.check:
-            load_reference(run, reference, ref_optimizer)
-        with mh.MeshCollectiveCounter(dims) as counter:
-            losses.append(train_step(model, optimizer, step, cfg, ctx.rank, ctx.world_size))
-        sent.append(mh.bytes_sent_per_dim(counter, {"shard": shard, "replicate": replicate}))
-        calls = counter.summary()
-        if args.check:
-            train_step(reference, ref_optimizer, step, cfg)
-            weights = {k: full(v.detach()) for k, v in model.state_dict().items()}
-            value = torch.tensor([probe.drift(reference, weights)], dtype=torch.float64)
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-            drift.add(float(value))
-            reshard(model)
+    def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
         if ctx.is_main and not args.quiet and (step + 1) % 10 == 0:
-            launch.log(ctx, f"HSDP step {step + 1}/{cfg.steps}: loss {losses[-1]:.4f}")
-    prediction = hsdp_model(cfg, replicate, shard, mesh.get_local_rank("shard"))
+            launch.log(ctx, f"HSDP step {step + 1}/{cfg.steps}: loss {loss:.4f}")
+
+    run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", on_step=on_step, check=args.check)
+    if args.check:
+        check.float32(run)
+    prediction = hsdp_model(cfg, replicate, shard, system.mesh.get_local_rank("shard"))
     every_rank = [None] * ctx.world_size
-    dist.all_gather_object(every_rank, {"measured": census["total"], "model": prediction["model_states"]})
+    dist.all_gather_object(every_rank, {"measured": system.census["total"], "model": prediction["model_states"]})
     return {
         "mesh": {"replicate": replicate, "shard": shard},
-        "final_loss": losses[-1],
-        "collectives_per_step": calls,
-        "bytes_per_dim": sent[-1],
-        "bytes_constant_over_steps": all(s == sent[0] for s in sent),
+        "final_loss": run.losses[-1],
+        "collectives_per_step": system.calls,
+        "bytes_per_dim": system.sent[-1],
+        "bytes_constant_over_steps": all(s == system.sent[0] for s in system.sent),
         "prediction": prediction,
-        "model_states_after_step": census,
+        "model_states_after_step": system.census,
         "model_states_every_rank": every_rank,
-        "step_drift": drift.summary() if args.check else None,
+        "step_drift": run.summary() if args.check else None,
+        "rulers": check.report,
     }
 
 
@@ -203,62 +232,148 @@ class DpTp:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
 
-def dp_tp_one_step(cfg: TrainConfig, dp: int, tp: int) -> dict:
-    """One forward and backward on the first batch against one process: logits of this DP rank's
-    rows and every gradient (averaged over the DP ranks by DDP), gathered."""
-    from minigpt.parallel.tensor_parallel import gather_logits
+class DpTpSystem:
+    """Our DP x TP (:class:`DpTp`) as the proof harness sees it: each DP rank its slice of the batch."""
 
-    run = DpTp(cfg, dp, tp)
-    one = build_model(cfg)
-    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
-    logits, loss = one(x, y, mask)
-    loss.backward()
-    rows = slice(run.dp_rank * cfg.batch_size // dp, (run.dp_rank + 1) * cfg.batch_size // dp)
-    local, cut_loss = run.ddp(x[rows], y[rows], mask[rows])
-    cut_loss.backward()
-    gathered = gather_logits(local, cfg.model_config().vocab_size, run.tp_group)
-    grads = run.model.full_state_dict(grads=True)
-    return {
-        "max_logit_diff": float((gathered - logits[rows].detach()).abs().max()),
-        "max_grad_diff": max(float((grads[n] - p.grad).abs().max()) for n, p in one.named_parameters()),
-    }
+    def __init__(self, cfg: TrainConfig, dp: int, tp: int):
+        self.cfg, self.run = cfg, DpTp(cfg, dp, tp)
+        self.sent: list[dict] = []
+        self.norm: list[torch.Tensor | None] = [None]
+        run = self.run
+
+        def clip(max_norm: float) -> torch.Tensor:  # the whole model's norm over the tp group, after DDP
+            self.norm[0] = run.model.clip_grad_norm_(max_norm, run.norm_bytes)
+            return self.norm[0]
+
+        run.optimizer.clip_grad_norm_ = clip
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        run = self.run
+        run.reset_bytes()
+        loss = train_step(run.ddp, run.optimizer, step, self.cfg, run.dp_rank, run.dp)
+        self.sent.append(run.bytes_per_dim())
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)  # every tp rank of a dp rank has its slice's loss
+        return float(total) / dist.get_world_size(), self.norm[0]
+
+    def whole_state(self) -> dict:
+        from minigpt.runners.lab05_tensor_parallel import whole_state
+
+        return whole_state(self.run.model, self.run.optimizer)
+
+    def first_step(self) -> proof.FirstStep:
+        from minigpt.parallel.tensor_parallel import gather_logits
+
+        cfg, run = self.cfg, self.run
+        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        rows = grammar.rank_slice(cfg.batch_size, run.dp_rank, run.dp)
+        local, loss = run.ddp(x[rows], y[rows], mask[rows])
+        loss.backward()
+        logits = gather_logits(local, cfg.model_config().vocab_size, run.tp_group).detach()
+        return proof.FirstStep(rows, logits, run.model.full_state_dict(grads=True))
+
+
+class TorchDpTpSystem:
+    """PyTorch's own DP x TP on the same ``("dp", "tp")`` mesh: ``parallelize_module`` (Lab 05's
+    comparison, :mod:`~minigpt.parallel.tensor_parallel.torch_tp`) on the tp sub-mesh, then FSDP2's
+    ``fully_shard`` of every block and the root on the dp sub-mesh (PyTorch's way to add data
+    parallelism to TP: it shards where our DDP replicates)."""
+
+    def __init__(self, cfg: TrainConfig, dp: int, tp: int):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        # DTensor warns that a 2-D redistribution takes two collectives: true, and no concern here
+        logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+        self.cfg, self.dp = cfg, dp
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        self.dp_rank = mesh.get_local_rank("dp")
+        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg)), mesh["tp"])
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh["dp"])
+        self.model = fully_shard(model, mesh=mesh["dp"])
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.norm: list[torch.Tensor | None] = [None]
+
+        def clip(max_norm: float) -> torch.Tensor:
+            self.norm[0] = torch_tp.clip_grad_norm_(self.model, max_norm)
+            return self.norm[0]
+
+        self.optimizer.clip_grad_norm_ = clip
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        loss = train_step(self.model, self.optimizer, step, self.cfg, self.dp_rank, self.dp)
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)
+        return float(total) / dist.get_world_size(), self.norm[0]
+
+    def whole_state(self) -> dict:
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        return torch_tp.whole_state(self.model, self.optimizer)
+
+    def first_step(self) -> proof.FirstStep:
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        cfg = self.cfg
+        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        rows = grammar.rank_slice(cfg.batch_size, self.dp_rank, self.dp)
+        logits, loss = self.model(x[rows], y[rows], mask[rows])
+        loss.backward()
+        return proof.FirstStep(rows, proof.whole(logits), torch_tp.whole_gradients(self.model))
 
 
 def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, dp: int, tp: int) -> dict:
-    from minigpt.runners.lab05_tensor_parallel import replicated_digest, whole_state
+    """Our DP x TP with the harness's rulers, and PyTorch's DP x TP on the same mesh and run."""
+    from minigpt.runners.lab05_tensor_parallel import replicated_digest
 
-    one_step = dp_tp_one_step(cfg, dp, tp) if args.check else None
-    run = DpTp(cfg, dp, tp)
-    twin = equivalence.Twin(cfg) if args.check and ctx.is_main else None
-    drift, sent, losses, bit_identical = equivalence.DriftLog(), [], [], True
-    for step in range(cfg.steps):
-        before = whole_state(run.model, run.optimizer) if args.check else None
-        run.reset_bytes()
-        losses.append(train_step(run.ddp, run.optimizer, step, cfg, run.dp_rank, dp))
-        sent.append(run.bytes_per_dim())
-        if args.check:
-            after = run.model.full_state_dict()
-            value = torch.tensor([twin.drift(step, before, after) if twin else 0.0], dtype=torch.float64)
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-            drift.add(float(value))
-            digests = [None] * ctx.world_size
-            dist.all_gather_object(digests, replicated_digest(run.model))
-            # the whole parameters: the same bits on every rank of every tp group (and across dp)
-            bit_identical &= len(set(digests)) == 1
+    check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
+    if args.check:
+        check.first_step(lambda c: DpTpSystem(c, dp, tp), cfg, ctx)
+        check.float64(lambda c: DpTpSystem(c, dp, tp), cfg, ctx, args.fp64_steps)
+    system = DpTpSystem(cfg, dp, tp)
+
+    def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
         if ctx.is_main and not args.quiet and (step + 1) % 10 == 0:
-            launch.log(ctx, f"DP x TP step {step + 1}/{cfg.steps}: loss {losses[-1]:.4f}")
-    return {
+            launch.log(ctx, f"DP x TP step {step + 1}/{cfg.steps}: loss {loss:.4f}")
+
+    run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", on_step=on_step, check=args.check)
+    out = {
         "mesh": {"dp": dp, "tp": tp},
-        "final_loss": losses[-1],
-        "one_step": one_step,
-        "bytes_per_dim": sent[-1],
-        "bytes_model_per_dim": run.bytes_model_per_dim(),
-        "bytes_constant_over_steps": all(s == sent[0] for s in sent),
-        "cut_parameter_bytes": run.cut_parameter_bytes(),
-        "ddp_buckets": len(run.ddp.buckets),
-        "step_drift": drift.summary() if args.check else None,
-        "replicated_bit_identical": bit_identical if args.check else None,
+        "final_loss": run.losses[-1],
+        "bytes_per_dim": system.sent[-1],
+        "bytes_model_per_dim": system.run.bytes_model_per_dim(),
+        "bytes_constant_over_steps": all(s == system.sent[0] for s in system.sent),
+        "cut_parameter_bytes": system.run.cut_parameter_bytes(),
+        "ddp_buckets": len(system.run.ddp.buckets),
+        "step_drift": run.summary() if args.check else None,
     }
+    if args.check:
+        check.float32(run)
+        digests = [None] * ctx.world_size
+        dist.all_gather_object(digests, replicated_digest(system.run.model))
+        # the whole parameters: the same bits on every rank of every tp group (and across dp)
+        out["replicated_bit_identical"] = len(set(digests)) == 1
+        theirs_first = first_step_of(TorchDpTpSystem(cfg, dp, tp), cfg)
+        ours_first = first_step_of(DpTpSystem(cfg, dp, tp), cfg)
+        diff = torch.tensor([float((theirs_first.logits - ours_first.logits).abs().max())], dtype=torch.float64)
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        theirs = proof.run_with_twin(TorchDpTpSystem(cfg, dp, tp), cfg, ctx, twin_norm="run")
+        check.report.update(
+            pytorch_impl="FSDP2 fully_shard on the dp sub-mesh + parallelize_module on the tp sub-mesh",
+            pytorch_first_step_logit_diff=float(diff[0]),
+            pytorch_fp32_max_step_drift=theirs.drift.worst,
+        )
+        out["pytorch_step_drift"] = theirs.summary()
+    out["rulers"] = check.report
+    return out
+
+
+def first_step_of(system, cfg: TrainConfig) -> proof.FirstStep:
+    """A system's first step (its logits of its rows)."""
+    return system.first_step()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,7 +387,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shard", type=cli.POSITIVE_INT, default=None, help="HSDP shard degree (default: LOCAL_WORLD_SIZE)")
     p.add_argument("--replicate", type=cli.POSITIVE_INT, default=None, help="HSDP replicate degree (default: nodes)")
     p.add_argument("--tp", type=cli.POSITIVE_INT, default=2, help="tensor-parallel degree of the DP x TP mesh")
-    p.add_argument("--check", action="store_true", help="the proofs: one process, bytes per dimension, memory")
+    entry.add_check_flags(p)
     p.add_argument(
         "--impl",
         choices=impl.IMPLS,
@@ -346,45 +461,75 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
         },
         "hsdp": hsdp,
         "dp_tp": dp_tp,
-        "tolerance": equivalence.TOLERANCE,
+        "full": bool(args.full),
     }
     if args.check:
-        one = dp_tp["one_step"]
-        report["max_step_drift"] = max(hsdp["step_drift"]["max"], dp_tp["step_drift"]["max"])
-        report["passed"] = bool(
-            report["max_step_drift"] <= equivalence.TOLERANCE
-            and one["max_logit_diff"] <= equivalence.TOLERANCE
-            and one["max_grad_diff"] <= equivalence.TOLERANCE
-            and report["bytes_per_dim"] == report["bytes_model_per_dim"]
-            and dp_tp["bytes_per_dim"] == dp_tp["bytes_model_per_dim"]
-            and hsdp["bytes_constant_over_steps"]
-            and dp_tp["bytes_constant_over_steps"]
-            and all(r["measured"] == r["model"] for r in hsdp["model_states_every_rank"])
-            and dp_tp["replicated_bit_identical"]
+        h_r, d_r = hsdp["rulers"], dp_tp["rulers"]
+        report.update(
+            fp64_max_step_drift=max(h_r["fp64_max_step_drift"], d_r["fp64_max_step_drift"]),
+            fp64_steps=min(h_r["fp64_steps"], d_r["fp64_steps"]),
+            fp32_first_step_logit_diff=max(h_r["fp32_first_step_logit_diff"], d_r["fp32_first_step_logit_diff"]),
+            fp32_first_step_grad_diff=max(h_r["fp32_first_step_grad_diff"], d_r["fp32_first_step_grad_diff"]),
+            fp32_max_step_drift=h_r["fp32_max_step_drift"],  # HSDP: the data-parallel family's criterion
+            fp32_worst_step=h_r["fp32_worst_step"],
+            fp32_steps=h_r["fp32_steps"],
+            fp32_norm_rel_diff=h_r["fp32_norm_rel_diff"],
+            fp32_twin_clips_with="run",
+            dp_tp_fp32_max_step_drift=d_r["fp32_max_step_drift"],
+            pytorch_impl=d_r["pytorch_impl"],
+            pytorch_first_step_logit_diff=d_r["pytorch_first_step_logit_diff"],
+            pytorch_max_diff=d_r["pytorch_first_step_logit_diff"],
+            pytorch_fp32_max_step_drift=d_r["pytorch_fp32_max_step_drift"],
+            replicated_bit_identical=dp_tp["replicated_bit_identical"],
+            max_step_drift=max(h_r["fp32_max_step_drift"], d_r["fp32_max_step_drift"]),
         )
+        from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
+
+        report["same_as_pytorch"] = bool(
+            report["pytorch_first_step_logit_diff"] <= PYTORCH_ONE_STEP_BOUND
+            and report["dp_tp_fp32_max_step_drift"] <= drift_bound(report["pytorch_fp32_max_step_drift"])
+        )
+        v = verdict(report)
         # every rank's own bytes and memory against its own model: the verdict is every rank's
-        verdict = torch.tensor([1.0 if report["passed"] else 0.0])
-        dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
-        report["passed"] = bool(verdict.item() == 1.0)
-    report.update(
-        torch=torch.__version__,
-        backend=ctx.backend,
-        device=str(ctx.device),
-        date=time.strftime("%Y-%m-%d"),
-        seconds=time.perf_counter() - t_start,
+        local = torch.tensor([1.0 if v.criterion_pass else 0.0])
+        dist.all_reduce(local, op=dist.ReduceOp.MIN)
+        v.true("every_rank_agrees", bool(local.item() == 1.0), "each rank's bytes and memory against its own model")
+        report.update(v.keys())
+    return entry.finish(report, args, ctx, summary, t_start)
+
+
+def verdict(report: dict) -> proof.Verdict:
+    """Lab 06's mesh rulers: the harness's on both meshes, PyTorch's DP x TP, bytes per dimension, memory."""
+    from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
+
+    h, d = report["hsdp"], report["dp_tp"]
+    v = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report).judge()
+    v.at_most(
+        "dp_tp_fp32_max_step_drift",
+        report["dp_tp_fp32_max_step_drift"],
+        drift_bound(report["pytorch_fp32_max_step_drift"]),
+        f"DP x TP: within 1e-5, or at most 2 x PyTorch's DP x TP ({report['pytorch_fp32_max_step_drift']:.2e})",
     )
-    if ctx.is_main:
-        for line in summary(report):
-            launch.log(ctx, line)
-        if args.report:
-            launch.write_report(args.report, report)
-            launch.log(ctx, f"report written to {args.report}")
-    dist.barrier()  # no rank ends (and has torchrun stop the others) before rank 0 has reported
-    return report
+    v.at_most(
+        "pytorch_first_step_logit_diff",
+        report["pytorch_first_step_logit_diff"],
+        PYTORCH_ONE_STEP_BOUND,
+        "DP x TP: our logits against FSDP2 + parallelize_module's",
+    )
+    v.equal("bytes_per_dim", report["bytes_per_dim"], report["bytes_model_per_dim"], "HSDP, Lab 02's unit model")
+    v.equal("dp_tp.bytes_per_dim", d["bytes_per_dim"], d["bytes_model_per_dim"], "DP x TP")
+    v.true("bytes_constant_over_steps", h["bytes_constant_over_steps"] and d["bytes_constant_over_steps"], "both")
+    v.true(
+        "memory_per_rank",
+        all(r["measured"] == r["model"] for r in h["model_states_every_rank"]),
+        "HSDP model states, every rank",
+    )
+    v.true("replicated_bit_identical", report["replicated_bit_identical"], "DP x TP's whole parameters")
+    return v
 
 
 def summary(report: dict) -> list[str]:
-    """The report's few lines: bytes per dimension and memory against the model, the drift, the verdict."""
+    """The report's few lines: bytes per dimension and memory against the model, then the rulers."""
     h, d = report["hsdp"], report["dp_tp"]
     lines = [
         f"HSDP {report['mesh']['hsdp']}: bytes per step shard {report['bytes_per_dim']['shard']:,} "
@@ -397,43 +542,36 @@ def summary(report: dict) -> list[str]:
         f"DP x TP {report['mesh']['dp_tp']}: bytes per step tp {d['bytes_per_dim']['tp']:,} (model "
         f"{d['bytes_model_per_dim']['tp']:,}), dp {d['bytes_per_dim']['dp']:,} (model {d['bytes_model_per_dim']['dp']:,})",
     ]
-    if "passed" in report:
-        one = d["one_step"]
-        lines.append(
-            f"check {'PASS' if report['passed'] else 'FAIL'}: step drift HSDP {h['step_drift']['max']:.2e}, DP x TP "
-            f"{d['step_drift']['max']:.2e} (<= 1e-5) | DP x TP one step: logits {one['max_logit_diff']:.1e}, "
-            f"gradients {one['max_grad_diff']:.1e} | whole parameters bit-identical: {d['replicated_bit_identical']}"
-        )
+    if report.get("rulers"):
+        lines += proof.Verdict.of(report).lines()
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.render:
-        try:
-            path = cli.input_json(args.render, "--render", ("mesh", "bytes_per_dim"), "out/lab06-mesh.json")
-        except ValueError as exc:
-            return cli.refuse(PROG, str(exc))
-        print("\n".join(summary(json.loads(path.read_text(encoding="utf-8")))))
-        from minigpt.pages import lab06
+def render(path) -> list:
+    print("\n".join(summary(json.loads(Path(path).read_text(encoding="utf-8")))))
+    from minigpt.pages import lab06
 
-        for written in lab06.render(path):
-            print(f"wrote {written}")
-        return 0
-    if args.impl:
-        os.environ[impl.ENV_VAR] = args.impl
-    try:
-        launch.torchrun_env()
-        world_size, local_world_size = torchrun_layout()
-        cfg, degrees = check_args(args, world_size, local_world_size)
-    except NotImplementedError as exc:
-        return cli.stop(PROG, f"{exc} (your code in lab/exercises/ is not written yet)")
-    except (ValueError, RuntimeError) as exc:
-        return cli.refuse(PROG, str(exc))
-    ctx = launch.init(args.timeout)
-    report = launch.run(ctx, PROG, lambda: measure(cfg, degrees, args, ctx))
-    launch.teardown()
-    return 0 if report.get("passed", True) else 1
+    return lab06.render(path)
+
+
+def check_settings(args: argparse.Namespace, world_size: int) -> tuple[TrainConfig, dict]:
+    _, local_world_size = torchrun_layout()
+    return check_args(args, world_size, local_world_size)
+
+
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_settings,
+    lambda settings, args, ctx: measure(*settings, args, ctx),
+    render,
+    ("mesh", "bytes_per_dim"),
+    "out/lab06-mesh.json",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(LAB, argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Every rank builds the same MiniGPT from ``--seed`` and keeps its stage
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
 from minigpt.divergence import Watch
-from minigpt.parallel import equivalence, launch
+from minigpt.parallel import launch, proof
 from minigpt.parallel.pipeline import (
     SCHEDULES,
     Link,
@@ -61,12 +60,13 @@ from minigpt.parallel.pipeline import (
     sync_tied_gradient,
 )
 from minigpt.parallel.ring import ByteCounter
+from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 from minigpt.zero import analytic as za
 
 PROG = "lab/06_pipeline.py"
 EXERCISE_MODULE = "lab06_pipeline"
-ONE_STEP_TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+DEFAULT_CHECK_STEPS = 150  # --check: the first 150 of the run's steps (--full: all of them)
 BUBBLE_REPEATS = 5
 
 
@@ -124,8 +124,8 @@ class Pipeline:
         dist.all_reduce(loss)
         return float(loss[0]), norm
 
-    def whole_state(self) -> dict | None:
-        """The whole model's weights and AdamW state, in MiniGPT's names, on rank 0 (None elsewhere)."""
+    def whole_state(self) -> dict:
+        """The whole model's weights and AdamW state, in MiniGPT's names, on every rank."""
         named = self.stage.named_in_model()
         mine = {"weights": {n: p.detach().clone() for n, p in named}, "moments": {}, "step": None}
         for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
@@ -137,16 +137,41 @@ class Pipeline:
         first = self.optimizer.state.get(named[0][1], {})
         if "step" in first:
             mine["step"] = first["step"].clone()
-        parts = [None] * self.stages if self.ctx.is_main else None
-        dist.gather_object(mine, parts, dst=0)
-        if not self.ctx.is_main:
-            return None
+        parts = [None] * self.stages
+        dist.all_gather_object(parts, mine)
         whole = {"weights": {}, "moments": {}, "step": parts[0]["step"]}
         for part in parts:
             whole["weights"].update(part["weights"])
             for key, values in part["moments"].items():
                 whole["moments"].setdefault(key, {}).update(values)
         return whole
+
+    @torch.no_grad()
+    def forward_logits(self, step: int) -> torch.Tensor | None:
+        """The logits of ``step``'s whole batch, micro-batch by micro-batch through the stages (no
+        gradient, no schedule: every stage forwards each micro-batch in order): on the last stage,
+        None on the others."""
+        x, y, mask = grammar.get_batch(
+            "train", step, self.cfg.batch_size, seed=self.cfg.seed, block_size=self.cfg.block_size
+        )
+        batches = MicroBatches.cut(x, y, mask, self.m)
+        logits = []
+        for i in range(self.m):
+            inputs = batches.tokens[i] if self.stage.is_first else self.link.recv_activation(i)
+            outputs = self.stage(inputs)
+            if self.stage.is_last:
+                logits.append(outputs)
+            else:
+                self.link.send_activation(outputs, i)
+        return torch.cat(logits) if logits else None
+
+    # -- the proof harness's System ---------------------------------------------------------------
+
+    def first_step(self) -> proof.FirstStep:
+        logits = self.forward_logits(0)
+        self.forward_backward(0)
+        grads = {n: p.grad for n, p in self.stage.named_in_model() if p.grad is not None}
+        return proof.FirstStep(slice(None), logits, grads)
 
 
 def tied_copies_identical(pipe: Pipeline) -> bool:
@@ -255,53 +280,62 @@ def bubble(cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batch
     return out
 
 
-def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, check: bool) -> dict:
+def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, check: bool, steps: int) -> dict:
+    """Train the pipeline for ``steps`` of the run's steps; with ``check``, the step drift at every step
+    against one process (the twin clips with the pipeline's norm) and the tied copies compared."""
     from tqdm import tqdm
 
     pipe = Pipeline(cfg, ctx, args.schedule, args.micro_batches)
     watch = Watch(pipe.stage, cfg)
-    twin = equivalence.Twin(cfg) if check and ctx.is_main else None
-    drift, tied_identical, losses, seconds, sent = equivalence.DriftLog(), True, [], 0.0, []
+    sent, seconds, tied = [], [0.0], [True]
     bar = tqdm(
-        range(cfg.steps),
+        total=steps,
         desc=f"[rank 0] train (pipeline of {pipe.stages}, {args.schedule}, m={args.micro_batches}, {cfg.dtype})",
         disable=args.quiet or not ctx.is_main,
         dynamic_ncols=True,
         file=sys.stdout,
     )
-    for step in bar:
-        before = pipe.whole_state() if check else None
-        pipe.counter.reset()
-        t0 = time.perf_counter()
-        loss, _ = pipe.train_step(step)
-        seconds += time.perf_counter() - t0
-        sent.append(pipe.counter.sent)
-        losses.append(loss)
+
+    class Timed:
+        """The pipeline, its bytes and seconds counted step by step."""
+
+        def train_step(self, step: int):
+            pipe.counter.reset()
+            t0 = time.perf_counter()
+            out = pipe.train_step(step)
+            seconds[0] += time.perf_counter() - t0
+            sent.append(pipe.counter.sent)
+            if check:
+                tied[0] &= tied_copies_identical(pipe)
+            return out
+
+        whole_state = staticmethod(pipe.whole_state)
+
+    def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
         watch.after_step(step, loss)
-        if check:
-            after = pipe.whole_state()
-            value = torch.tensor([twin.drift(step, before, after["weights"]) if twin else 0.0], dtype=torch.float64)
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-            drift.add(float(value[0]))
-            tied_identical &= tied_copies_identical(pipe)
+        bar.update(1)
         if ctx.is_main:
-            bar.set_postfix({"loss": f"{loss:.4f}", **({"step drift": f"{drift.final:.1e}"} if check else {})})
+            shown = {"step drift": f"{run.drift.final:.1e}"} if check and run.drift.values else {}
+            bar.set_postfix({"loss": f"{loss:.4f}", **shown})
+
+    run = proof.run_with_twin(Timed(), cfg, ctx, twin_norm="run", on_step=on_step, check=check, steps=steps)
     bar.close()
     per_rank = [None] * ctx.world_size
     dist.all_gather_object(per_rank, sent[-1])
     result = {
-        "steps": cfg.steps,
+        "steps": steps,
+        "schedule_steps": cfg.steps,
         "dtype": cfg.dtype,
-        "final_loss": losses[-1],
-        "seconds_per_step": seconds / cfg.steps,
+        "final_loss": run.losses[-1],
+        "seconds_per_step": seconds[0] / steps,
         "bytes_sent_per_step": per_rank,
-        "step_drift": drift.summary() if check else None,
-        "tied_copies_bit_identical": tied_identical if check else None,
+        "step_drift": run.summary() if check else None,
+        "tied_copies_bit_identical": tied[0] if check else None,
     }
     state = pipe.whole_state()
-    if ctx.is_main:
-        full = build_model(cfg)
-        full.load_state_dict(state["weights"])
+    full = build_model(cfg)
+    full.load_state_dict(state["weights"])
+    if ctx.is_main:  # every rank has the whole model; one scores it
         accuracy = grammar.score(full, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
         result.update(
             tutor_accuracy=accuracy["accuracy"], tutor_correct=accuracy["correct"], tutor_total=accuracy["total"]
@@ -321,7 +355,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--steps", type=cli.POSITIVE_INT, default=TrainConfig().steps, help="training steps")
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and the batches")
-    p.add_argument("--check", action="store_true", help="the proofs: one process, bytes, activations, bubble, drift")
+    entry.add_check_flags(p, check_steps=DEFAULT_CHECK_STEPS)
     p.add_argument(
         "--bubble-micro-batches",
         type=cli.POSITIVE_INT,
@@ -372,12 +406,13 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
 def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     t_start = time.perf_counter()
     p = ctx.world_size
+    trained = entry.steps_trained(args, cfg.steps)
     shape_pipe = Pipeline(cfg, ctx, args.schedule, args.micro_batches)  # checks the schedule first
     launch.log(
         ctx,
         f"MiniGPT {build_model(cfg).num_params():,} parameters | {p} stages ({ctx.backend}) | {args.schedule}, "
-        f"{args.micro_batches} micro-batches of {cfg.batch_size // args.micro_batches} | {cfg.steps} steps | "
-        f"implementation: {impl.current()}\n{chart(shape_pipe.played)}",
+        f"{args.micro_batches} micro-batches of {cfg.batch_size // args.micro_batches} | {trained} of {cfg.steps} "
+        f"steps | implementation: {impl.current()}\n{chart(shape_pipe.played)}",
     )
     del shape_pipe
     vocab = cfg.model_config().vocab_size
@@ -387,117 +422,120 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         "micro_batches": args.micro_batches,
         "schedule": args.schedule,
         "implementation": impl.current(),
+        "full": bool(args.full),
         "blocks_per_stage": [len(PipelineStage(build_model(cfg), s, p).block_ids) for s in range(p)],
         "bytes_model": [step_bytes_model(p, s, cfg.batch_size, cfg.block_size, cfg.n_embd, vocab, 4) for s in range(p)],
     }
+    check = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report)
     if args.check:
         one = {
             "float32": one_step(cfg, ctx, args.micro_batches),
             "float64": one_step(replace(cfg, dtype="float64"), ctx, args.micro_batches),
         }
         report["one_step"] = one
+        check.first_step(lambda c: Pipeline(c, ctx, args.schedule, args.micro_batches), cfg, ctx)
+        report["fp32_first_step_grad_diff"] = max(
+            report["fp32_first_step_grad_diff"], *(one["float32"][s]["max_grad_diff"] for s in SCHEDULES)
+        )
+        check.float64(lambda c: Pipeline(c, ctx, args.schedule, args.micro_batches), cfg, ctx, args.fp64_steps)
         report["torch_pipelining"] = torch_pipelining(cfg, ctx, args.micro_batches)
         report["max_grad_diff"] = max(one["float32"][s]["max_grad_diff"] for s in SCHEDULES)
         report["peak_activations"] = {s: one["float32"][s]["peak_activations"] for s in SCHEDULES}
         report["peak_activations_expected"] = {s: one["float32"][s]["peak_activations_expected"] for s in SCHEDULES}
         launch.log(
             ctx,
-            f"one step: gradients {report['max_grad_diff']:.1e} from one process | bytes per stage "
-            f"{one['float32'][args.schedule]['bytes_sent']} (model {report['bytes_model']}) | micro-batches held "
-            f"at most: GPipe {report['peak_activations']['gpipe']}, 1F1B {report['peak_activations']['1f1b']}; "
-            "now the bubble",
+            f"one step: logits {report['fp32_first_step_logit_diff']:.1e}, gradients {report['max_grad_diff']:.1e} "
+            f"from one process | float64: step drift {report['fp64_max_step_drift']:.1e} over {report['fp64_steps']} "
+            f"steps | bytes per stage {one['float32'][args.schedule]['bytes_sent']} (model {report['bytes_model']}) | "
+            f"micro-batches held at most: GPipe {report['peak_activations']['gpipe']}, 1F1B "
+            f"{report['peak_activations']['1f1b']}; now the bubble",
         )
         report["bubble"] = {s: bubble(cfg, ctx, s, args.bubble_micro_batches) for s in SCHEDULES}
         report["bubble_measured"] = {m: v["measured"] for m, v in report["bubble"][args.schedule].items()}
         report["bubble_model"] = {m: v["model"] for m, v in report["bubble"][args.schedule].items()}
-    report["training"] = train(cfg, args, ctx, args.check)
+    report["training"] = train(cfg, args, ctx, args.check, trained)
     t = report["training"]
     report.update(tutor_accuracy=t.get("tutor_accuracy"), bytes_per_stage_per_step=t["bytes_sent_per_step"])
     if args.check:
-        one = report["one_step"]
-        report.update(max_step_drift=t["step_drift"]["max"], tied_copies_bit_identical=t["tied_copies_bit_identical"])
-        report["passed"] = bool(
-            all(one[d][s]["max_grad_diff"] <= ONE_STEP_TOLERANCE[d] for d in one for s in SCHEDULES)
-            and all(one["float32"][s]["bytes_sent"] == report["bytes_model"] for s in SCHEDULES)
-            and all(one["float64"][s]["bytes_sent"] == [2 * b for b in report["bytes_model"]] for s in SCHEDULES)
-            and report["peak_activations"] == report["peak_activations_expected"]
-            and report["bytes_per_stage_per_step"] == report["bytes_model"]
-            and report["max_step_drift"] <= equivalence.TOLERANCE
-            and report["tied_copies_bit_identical"]
-            and all(v["max_grad_diff"] <= ONE_STEP_TOLERANCE["float32"] for v in report["torch_pipelining"].values())
+        s = t["step_drift"]
+        report.update(
+            fp32_max_step_drift=s["max"],
+            fp32_worst_step=s["worst_step"],
+            fp32_steps=trained,
+            fp32_norm_rel_diff=s["norm_rel_diff"],
+            fp32_twin_clips_with="run",
+            tied_copies_bit_identical=t["tied_copies_bit_identical"],
+            pytorch_impl="torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B)",
+            pytorch_max_diff=max(v["max_grad_diff"] for v in report["torch_pipelining"].values()),
+            same_as_pytorch=all(v["bit_identical"] for v in report["torch_pipelining"].values()),
         )
-    report.update(
-        torch=torch.__version__,
-        backend=ctx.backend,
-        device=str(ctx.device),
-        date=time.strftime("%Y-%m-%d"),
-        seconds=time.perf_counter() - t_start,
+        report.update(verdict(report).keys())
+    return entry.finish(report, args, ctx, summary, t_start)
+
+
+def verdict(report: dict) -> proof.Verdict:
+    """Lab 06's pipeline rulers: the harness's three, PyTorch's pipelining, bytes, activations, ties."""
+    v = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report).judge()
+    one = report["one_step"]
+    v.at_most(
+        "fp64_first_step_grad_diff",
+        max(one["float64"][s]["max_grad_diff"] for s in SCHEDULES),
+        proof.FP64_DRIFT_BOUND,
+        "GPipe and 1F1B",
     )
-    if ctx.is_main:
-        summary(report, ctx)
-        if args.report:
-            launch.write_report(args.report, report)
-            launch.log(ctx, f"report written to {args.report}")
-    dist.barrier()  # no rank ends (and has torchrun stop the others) before rank 0 has reported
-    return report
+    v.true("same_as_pytorch", report["same_as_pytorch"], "gradients bit-identical to torch.distributed.pipelining")
+    for s in SCHEDULES:
+        v.equal(f"one_step.{s}.bytes_sent", one["float32"][s]["bytes_sent"], report["bytes_model"], "per stage")
+    v.equal("bytes_per_stage_per_step", report["bytes_per_stage_per_step"], report["bytes_model"], "training")
+    v.equal("peak_activations", report["peak_activations"], report["peak_activations_expected"], "GPipe m, 1F1B p-s")
+    v.true("tied_copies_bit_identical", report["tied_copies_bit_identical"], "the tied matrix's two copies")
+    return v
 
 
-def summary(report: dict, ctx: launch.DistContext) -> None:
+def summary(report: dict) -> list[str]:
     t = report["training"]
-    launch.log(
-        ctx,
-        f"final: step {t['steps']} | loss {t['final_loss']:.4f} | tutor accuracy {100 * t['tutor_accuracy']:.1f}% "
-        f"({t['tutor_correct']}/{t['tutor_total']}) | bytes per stage per step {report['bytes_per_stage_per_step']} "
-        f"(model {report['bytes_model']})",
-    )
-    if "passed" in report:
+    lines = [
+        f"final: step {t['steps']} of {t['schedule_steps']} | loss {t['final_loss']:.4f} | tutor accuracy "
+        f"{100 * t['tutor_accuracy']:.1f}% ({t['tutor_correct']}/{t['tutor_total']}) | bytes per stage per step "
+        f"{report['bytes_per_stage_per_step']} (model {report['bytes_model']})"
+    ]
+    if report.get("rulers"):
         bubbles = ", ".join(
             f"m={m} {v:.2f} (model {report['bubble_model'][m]:.2f})" for m, v in report["bubble_measured"].items()
         )
-        launch.log(
-            ctx,
-            f"check {'PASS' if report['passed'] else 'FAIL'}: one step: gradients {report['max_grad_diff']:.1e} "
-            f"(float32, <= 1e-5) | micro-batches held {report['peak_activations']} (expected "
-            f"{report['peak_activations_expected']}) | step drift {report['max_step_drift']:.2e} (<= 1e-5) | tied "
-            f"copies bit-identical: {report['tied_copies_bit_identical']} | against torch.distributed.pipelining: "
+        lines.append(
+            f"bubble ({report['schedule']}, measured, not a criterion): {bubbles} | against "
+            "torch.distributed.pipelining: "
             + ", ".join(
                 f"{k} {v['max_grad_diff']:.1e}{' (bit-identical)' if v['bit_identical'] else ''}"
                 for k, v in report["torch_pipelining"].items()
             )
-            + f" | bubble ({report['schedule']}): {bubbles}",
         )
+        lines += proof.Verdict.of(report).lines()
+    return lines
+
+
+def render(path) -> list:
+    from minigpt.pages import lab06
+
+    return lab06.render(path)
+
+
+def measure_or_timeout(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    """A receive that waited past the timeout ends every rank with the line that names who waited for what."""
+    try:
+        return measure(cfg, args, ctx)
+    except PipelineTimeout as exc:
+        launch.fail(ctx, str(exc))
+
+
+LAB = entry.Lab(
+    PROG, parse_args, check_args, measure_or_timeout, render, ("training", "stages"), "lab/results/06-pipeline-cpu.json"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.render:
-        try:
-            cli.input_json(args.render, "--render", ("training", "stages"), "lab/results/06-pipeline-cpu.json")
-        except ValueError as exc:
-            return cli.refuse(PROG, str(exc))
-        from minigpt.pages import lab06
-
-        for path in lab06.render(args.render):
-            print(f"wrote {path}")
-        return 0
-    try:
-        _, _, world_size = launch.torchrun_env()
-        cfg = check_args(args, world_size)
-    except (ValueError, RuntimeError) as exc:
-        return cli.refuse(PROG, str(exc))
-    if args.impl:
-        os.environ[impl.ENV_VAR] = args.impl
-    ctx = launch.init(args.timeout)
-
-    def work() -> dict:
-        try:
-            return measure(cfg, args, ctx)
-        except PipelineTimeout as exc:
-            launch.fail(ctx, str(exc))
-
-    report = launch.run(ctx, PROG, work)
-    launch.teardown()
-    return 0 if report.get("passed", True) else 1
+    return entry.main(LAB, argv)
 
 
 if __name__ == "__main__":

@@ -80,10 +80,9 @@ def parallelize(model: MiniGPT, mesh) -> MiniGPT:
 
 
 def _whole(t: torch.Tensor) -> torch.Tensor:
-    """A whole copy of a tensor or DTensor. (A replicated DTensor's ``full_tensor()`` is its local
-    tensor itself, no copy: the optimizer's next step would change it under the caller.)"""
-    t = t.detach()
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).clone()
+    from minigpt.parallel.proof import whole
+
+    return whole(t)
 
 
 def fused_names(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
