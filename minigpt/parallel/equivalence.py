@@ -50,20 +50,6 @@ from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 TOLERANCE = 1e-5
 
 
-def clip_with(norm: torch.Tensor):
-    """A clipping that uses a norm computed elsewhere: ``max_norm / (norm + 1e-6)``, at most 1,
-    as ``torch.nn.utils.clip_grad_norm_`` scales (for the one-process twin of ``--check``)."""
-
-    def clip(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
-        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale.to(p.grad.dtype))
-        return norm
-
-    return clip
-
-
 def probe_batch(rows: int = 32, block_size: int = 32) -> torch.Tensor:
     """The fixed batch whose logits are compared: the first validation batch."""
     return grammar.get_batch("val", 0, rows, block_size=block_size)[0]
@@ -125,34 +111,6 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[
     return ({k: v.detach().clone() for k, v in model.state_dict().items()}, copy.deepcopy(optimizer.state_dict()))
 
 
-class Twin:
-    """A single-process twin for a model that is cut (tensor- or pipeline-parallel): from the cut
-    model's whole state before a step (weights and optimizer state, gathered into MiniGPT's names:
-    ``{"weights": ..., "moments": {"exp_avg": {name: tensor}, ...}, "step": tensor or None}``), the
-    same step on the same whole batch; :meth:`drift` is then the step drift."""
-
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        self.model = build_model(cfg)
-        self.probe = Probe(build_model(cfg), block_size=cfg.block_size)
-
-    def drift(self, step: int, before: dict, after: dict, norm: torch.Tensor | None = None) -> float:
-        """The step drift; with ``norm``, the twin clips with that norm instead of its own (the rest
-        of the step its own), which takes the norm's float32 rounding out of the measure."""
-        self.model.load_state_dict(before["weights"])
-        optimizer = build_optimizer(self.model, self.cfg)
-        if norm is not None:
-            clip = clip_with(norm)
-            optimizer.clip_grad_norm_ = lambda max_norm: clip(self.model, max_norm)
-        if before["moments"]:
-            for name, p in self.model.named_parameters():
-                optimizer.state[p] = {key: value[name].clone() for key, value in before["moments"].items()}
-                if before["step"] is not None:
-                    optimizer.state[p]["step"] = before["step"].clone()
-        train_step(self.model, optimizer, step, self.cfg)
-        return self.probe.drift(self.model, after)
-
-
 @dataclass
 class DriftLog:
     """Drift after every step, and what a report needs from it."""
@@ -197,7 +155,7 @@ def one_step_amplification(
     on the whole global batch, and as two ranks would (mean of the two half-batch gradients).
     Returns the largest gradient difference, the largest weight difference after the optimizer
     step, and their ratio: how much the optimizer amplifies a rounding difference."""
-    from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step
+    from minigpt.train import lr_at
 
     settings = {"adamw": {}, "sgd": {"lr": 0.1, "min_lr": 0.0}}[optimizer]
     if lr is not None:
@@ -258,7 +216,6 @@ def drift_sources(steps: list[int], optimizer: str = "adamw", top: int = 4) -> l
     weight it hit, with the gradient and AdamW's sqrt(v) there. Returns one dict per step, the
     ``top`` tensors that move the logits most first.
     """
-    from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
     settings = {"adamw": {}, "sgd": {"lr": 0.1, "min_lr": 0.0}}[optimizer]
     configs = {

@@ -49,6 +49,7 @@ from minigpt.train import (
 VARIANTS = ("bucketed", "ring", "torch-ddp")
 # what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.runners.lab01_kernel_sets)
 KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+DEFAULT_DDP_STEPS = 50  # --check: PyTorch's DDP beside ours for these steps (--full: every step)
 DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 4 buckets
 PROG = "lab/01_ddp.py"
 
@@ -88,6 +89,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="what reduces the buckets of the main run: torch.distributed.all_reduce or the ring",
     )
     entry.add_check_flags(p)
+    p.add_argument(
+        "--ddp-steps",
+        type=cli.NON_NEGATIVE_INT,
+        default=DEFAULT_DDP_STEPS,
+        help="--check: steps PyTorch's DDP trains beside ours, bit for bit (--full: every step, and the ring too)",
+    )
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0; default: not written)")
     p.add_argument(
         "--timeout",
@@ -194,60 +201,74 @@ class DDPSystem:
 
 class Check:
     """``--check``: after every step, the main variant against one process, shared out over the ranks,
-    and every other variant against the main one.
+    and PyTorch's DDP (with ``--full`` also the other collective) against the main variant.
 
-    Per step there are single-process *jobs*: the step on the whole batch ("whole") and the step
-    accumulating the ranks' micro-batches ("micro"), both from the main variant's state before the
-    step; with ``--full`` also one step of the independent trajectory (and the whole-batch drift
-    measured with a float32 probe). The jobs are shared over the ranks, and not computed at once:
-    the rank that owns a job keeps the states it needs, and every ``window`` steps each rank
-    computes its jobs and one all-reduce shares the results (a job computed right after its step
-    would make the other ranks wait for it at the next step's all-reduce: the training keeps the
-    ranks in lockstep). The trajectory is one process's run of its own: rank 0 takes its steps.
+    Per step there are two single-process *jobs*, both from the main variant's state before the
+    step: the step on the whole batch ("whole": the step drift, the course's criterion) and the step
+    accumulating the ranks' micro-batches ("micro": what DDP itself controls; on two ranks it must be
+    bit-identical, so its float64 probe is only computed when the weights differ). With ``--full``,
+    also one step of the independent trajectory and the whole-batch drift measured with a float32
+    probe. The jobs are shared over the ranks, and not computed at once: the rank that owns a job
+    keeps the states it needs, and every ``window`` steps each rank computes its jobs and one
+    all-reduce shares the results (a job computed right after its step would make the other ranks
+    wait for it at the next step's all-reduce: the training keeps the ranks in lockstep). The
+    trajectory is one process's run of its own: rank 0 takes its steps.
 
-    The other variants (PyTorch's DDP; with ``--full`` also the other collective) train in lockstep
-    from the same weights and are compared with the main variant after every step. On two ranks
-    they stay bit-identical (``a + b`` is ``b + a``, and halving is exact). From three ranks on, the
-    ring adds in another order than gloo and PyTorch multiplies by 1/N where ours divides by N: a
-    variant that differs is given the main variant's state before the next step, so that each step's
-    difference is measured from the same start (a difference left to grow would measure chaos).
+    The other variants train in lockstep from the same weights for their first ``companion_steps``
+    steps and are compared with the main variant after each. On two ranks they stay bit-identical
+    (``a + b`` is ``b + a``, and halving is exact). From three ranks on, the ring adds in another
+    order than gloo and PyTorch multiplies by 1/N where ours divides by N: a variant that differs is
+    given the main variant's state before the next step, so that each step's difference is measured
+    from the same start (a difference left to grow would measure chaos).
     """
 
     ROWS = ("whole", "micro", "micro differs", "trajectory", "whole, float32 probe")  # what each step measures
 
-    def __init__(self, runs: list[Run], main: int, cfg: TrainConfig, ctx: launch.DistContext, full: bool):
+    def __init__(
+        self, runs: list[Run], main: int, cfg: TrainConfig, ctx: launch.DistContext, full: bool, companion_steps: int
+    ):
         self.runs, self.main, self.cfg, self.ctx, self.full = runs, main, cfg, ctx, full
-        self.configs = {"whole": cfg, "micro": replace(cfg, accum=cfg.accum * ctx.world_size)}
-        self.probe = equivalence.Probe(build_model(cfg), block_size=cfg.block_size)
-        self.scratch = {kind: self._model_and_optimizer(c) for kind, c in self.configs.items()}
+        self.companion_steps = companion_steps
+        self.twins = {
+            "whole": proof.Twin(cfg, ctx.device),
+            "micro": proof.Twin(replace(cfg, accum=cfg.accum * ctx.world_size), ctx.device),
+        }
+        self.probe = self.twins["whole"].probe
         self.float32_probe_model = build_model(cfg).to(ctx.device) if full else None
-        self.trajectory = self._model_and_optimizer(cfg) if full and ctx.rank == 0 else None
+        self.trajectory = None
+        if full and ctx.rank == 0:
+            model = build_model(cfg).to(ctx.device)
+            self.trajectory = (model, build_optimizer(model, cfg))
         self.window = 4 * ctx.world_size
         self.first = 0  # the first step of the window
         self.before: dict | None = None
-        self.kept: list[tuple[int, str, tuple, dict, str]] = []  # (step, kind, before, after weights, digest)
+        self.kept: list[tuple[int, str, dict, dict, str]] = []  # (step, kind, before, after weights, digest)
         self.trajectory_steps: list[tuple[int, dict]] = []  # (step, the main variant's weights)
         self.max_diff = [0.0] * len(runs)  # each variant's largest weight difference from the main one
         self.bit_identical_to_main = [True] * len(runs)
-
-    def _model_and_optimizer(self, cfg: TrainConfig):
-        model = build_model(cfg).to(self.ctx.device)
-        return model, build_optimizer(model, cfg)
+        self.compared_steps = 0
 
     def _owner(self, step: int, job: int) -> int:
-        return (2 * step + job) % self.ctx.world_size
+        return (step + job) % self.ctx.world_size
+
+    def companions(self, step: int) -> list[Run]:
+        """The runs that take ``step``: the main one, and the others for their first steps."""
+        if step < self.companion_steps:
+            return self.runs
+        return [self.runs[self.main]]
 
     def before_step(self, step: int) -> None:
         """Before the variants step: keep the main variant's state if this rank does one of its jobs,
         and give a variant that differs from the main one the main one's state."""
         main = self.runs[self.main]
         if self.ctx.rank in (self._owner(step, 0), self._owner(step, 1)):
-            self.before = equivalence.snapshot(main.model, main.optimizer)
-        digest = equivalence.params_digest(main.model)
-        for run in self.runs:
-            if run is not main and equivalence.params_digest(run.model) != digest:
-                run.model.load_state_dict(main.model.state_dict())
-                run.optimizer.load_state_dict(copy.deepcopy(main.optimizer.state_dict()))
+            self.before = proof.plain_state(main.model, main.optimizer)
+        if step < self.companion_steps:
+            digest = equivalence.params_digest(main.model)
+            for run in self.runs:
+                if run is not main and equivalence.params_digest(run.model) != digest:
+                    run.model.load_state_dict(main.model.state_dict())
+                    run.optimizer.load_state_dict(copy.deepcopy(main.optimizer.state_dict()))
 
     def after_step(self, step: int) -> None:
         """Keep this rank's jobs of ``step``; at the end of a window (or of the run) compute them."""
@@ -260,13 +281,23 @@ class Check:
         if self.trajectory is not None:
             self.trajectory_steps.append((step, after))
         self.before = None
-        mine = dict(main.model.named_parameters())
-        for i, run in enumerate(self.runs):
-            if i != self.main:
-                diff = max(float((p.detach() - mine[n].detach()).abs().max()) for n, p in run.model.named_parameters())
-                self.max_diff[i] = max(self.max_diff[i], diff)
-                self.bit_identical_to_main[i] &= equivalence.params_digest(run.model) == digest
-            run.bit_identical &= equivalence.ranks_bit_identical(run.model)
+        main.bit_identical &= equivalence.ranks_bit_identical(main.model)
+        if step < self.companion_steps:
+            self.compared_steps += 1
+            mine = dict(main.model.named_parameters())
+            for i, run in enumerate(self.runs):
+                if i == self.main:
+                    continue
+                same = equivalence.params_digest(run.model) == digest
+                self.bit_identical_to_main[i] &= same
+                if not same:
+                    diff = max(
+                        float((p.detach() - mine[n].detach()).abs().max()) for n, p in run.model.named_parameters()
+                    )
+                    self.max_diff[i] = max(self.max_diff[i], diff)
+                    run.bit_identical &= equivalence.ranks_bit_identical(run.model)
+                else:  # the main variant's bits: its ranks agree exactly when the main one's do
+                    run.bit_identical &= main.bit_identical
         if step + 1 - self.first >= self.window or step == self.cfg.steps - 1:
             self._share(step)
 
@@ -275,19 +306,20 @@ class Check:
         row = {name: k for k, name in enumerate(self.ROWS)}
         found = torch.zeros(steps, len(self.ROWS), dtype=torch.float64)
         for step, kind, before, after, digest in self.kept:
-            model, optimizer = self.scratch[kind]
-            model.load_state_dict(before[0])
-            optimizer.load_state_dict(copy.deepcopy(before[1]))
-            train_step(model, optimizer, step, self.configs[kind])
             s = step - self.first
-            found[s, row[kind]] = float((self.probe.logits(model) - self.probe.logits(after)).abs().max())
-            if kind == "whole" and self.full:
+            model = self.twins[kind].step(step, before)
+            if kind == "micro":
+                differs = equivalence.params_digest(model) != digest
+                found[s, row["micro differs"]] = float(differs)
+                if differs:  # identical weights give identical logits: no probe needed
+                    found[s, row["micro"]] = float((self.probe.logits(model) - self.probe.logits(after)).abs().max())
+                continue
+            found[s, row["whole"]] = float((self.probe.logits(model) - self.probe.logits(after)).abs().max())
+            if self.full:
                 self.float32_probe_model.load_state_dict(after)
                 found[s, row["whole, float32 probe"]] = equivalence.logit_drift(
                     model, self.float32_probe_model, self.probe.tokens
                 )
-            elif kind == "micro":
-                found[s, row["micro differs"]] = float(equivalence.params_digest(model) != digest)
         for step, after in self.trajectory_steps:
             model, optimizer = self.trajectory
             train_step(model, optimizer, step, self.cfg)
@@ -358,7 +390,8 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         if args.check:
             launch.log(ctx, f"--check: variants {', '.join(variants)}; one-process work shared over the ranks")
     rulers = fp64_and_first_step(cfg, args, ctx, main_variant) if args.check else {}
-    check = Check(runs, variants.index(main_variant), cfg, ctx, args.full) if args.check else None
+    companion_steps = cfg.steps if args.full else min(args.ddp_steps, cfg.steps)
+    check = Check(runs, variants.index(main_variant), cfg, ctx, args.full, companion_steps) if args.check else None
     watch = Watch(main_run.model, cfg, main_run.optimizer)  # nan or inf: the step, the value, the setting
 
     bar = tqdm(
@@ -372,7 +405,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     for step in bar:
         if check:
             check.before_step(step)
-        for run in runs:
+        for run in check.companions(step) if check else runs:
             t0 = time.perf_counter()
             loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
             run.seconds += time.perf_counter() - t0
@@ -407,10 +440,11 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     for i, r in enumerate(runs):
         if i != m:
             per_variant[r.variant] = {
+                "steps_compared": check.compared_steps,
                 "bit_identical_to_main": check.bit_identical_to_main[i],
                 "max_step_difference_from_main": check.max_diff[i],
                 "ranks_bit_identical": r.bit_identical,
-                "seconds_per_step": r.seconds / cfg.steps,
+                "seconds_per_step": r.seconds / max(1, check.compared_steps),
             }
     report = {
         "main_variant": main_variant,
@@ -452,6 +486,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
             fp32_steps=cfg.steps,
             fp32_twin_clips_with="own",
             pytorch_impl="torch.nn.parallel.DistributedDataParallel",
+            pytorch_steps=check.compared_steps,
             pytorch_max_diff=check.max_diff[torch_ddp],
             same_as_pytorch=check.bit_identical_to_main[torch_ddp],
         )
@@ -469,7 +504,11 @@ def verdict(report: dict) -> proof.Verdict:
     if report["world_size"] == 2:
         v.true("bit_identical_to_micro_batches", report["bit_identical_to_micro_batches"], "on 2 ranks: a + b = b + a")
     if report["world_size"] == 2:
-        v.true("same_as_pytorch", report["same_as_pytorch"], "bit-identical weights to DistributedDataParallel")
+        v.true(
+            "same_as_pytorch",
+            report["same_as_pytorch"],
+            f"bit-identical weights to DistributedDataParallel, {report['pytorch_steps']} steps side by side",
+        )
     else:  # PyTorch multiplies by 1/N, ours divides by N: the same only for a power of two, and its first
         # step sends everything in one bucket, which gloo cuts into other pieces
         v.at_most("pytorch_max_diff", report["pytorch_max_diff"], 1e-6, "one step from the same state")
@@ -502,7 +541,8 @@ def summary_lines(report: dict) -> list[str]:
                 )
             else:
                 lines.append(
-                    f"{name:11} | bit-identical to {main} after every step: {v['bit_identical_to_main']} "
+                    f"{name:11} | bit-identical to {main} after each of {v['steps_compared']} steps: "
+                    f"{v['bit_identical_to_main']} "
                     f"(largest difference {v['max_step_difference_from_main']:.2e}) | {v['ranks_bit_identical']}"
                 )
         headline = (

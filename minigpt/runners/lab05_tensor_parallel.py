@@ -500,7 +500,7 @@ def verdict(report: dict) -> proof.Verdict:
     )
     if "pytorch_fp32_max_step_drift" in report:
         v.at_most(
-            "fp32_max_step_drift",
+            "fp32_max_step_drift_vs_pytorch",
             report["fp32_max_step_drift"],
             drift_bound(report["pytorch_fp32_max_step_drift"]),
             f"within the course's {proof.FP32_DRIFT_BOUND:g}, or at most {PYTORCH_DRIFT_FACTOR:g} x PyTorch's TP "
