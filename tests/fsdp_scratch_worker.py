@@ -388,6 +388,61 @@ def float64_minigpt(group) -> dict:
     return {"max_diff": worst}
 
 
+def ignored_norms(group) -> dict:
+    """``fully_shard(..., ignored_params=...)``: every layer norm's weight and bias left whole. Three
+    float64 AdamW steps (clipped) against one process on the whole batch; the ignored gradients
+    after each backward, a digest per rank (they must be bit-identical across the ranks)."""
+    import hashlib
+
+    cfg = TrainConfig(dtype="float64", n_layer=2, steps=3, warmup=1)
+    one = build_model(cfg)
+    one_opt = build_optimizer(one, cfg)
+    model = build_model(cfg)
+
+    def norms(module: nn.Module) -> list[nn.Parameter]:
+        return [p for m in module.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()]
+
+    for block in model.blocks:
+        fsdp.fully_shard(block, group=group, ignored_params=norms(block))
+    fsdp.fully_shard(model, group=group, ignored_params=norms(model.ln_f))
+    opt = build_optimizer(model, cfg)
+    opt.clip_grad_norm_ = lambda max_norm: fsdp.clip_grad_norm_(model, max_norm)
+    ignored = [p for u in fsdp.find_units(model) for _, p in u.whole]
+    digests = []
+    for step in range(cfg.steps):
+        x, y, mask = batch(step, RANK, 2, cfg)
+        model(x, y, mask)[1].backward()
+        h = hashlib.sha1()
+        for p in ignored:
+            h.update(p.grad.detach().numpy().tobytes())
+        digests.append(h.hexdigest())
+        fsdp.clip_grad_norm_(model, cfg.grad_clip)
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        train_step_one(one, one_opt, step, cfg)
+    full = fsdp.full_state_dict(model)
+    worst = max(float((full[n] - p).abs().max()) for n, p in one.state_dict().items())
+    return {
+        "ignored": len(ignored),
+        "whole_on_every_rank": all(p.shape == q.shape for p, q in zip(ignored, norms(one))),
+        "max_diff": worst,
+        "grad_digests": digests,
+    }
+
+
+def train_step_one(model: nn.Module, optimizer, step: int, cfg: TrainConfig) -> None:
+    """One process's step on the whole batch, clipped, at the same constant learning rate."""
+    x, y, mask = batch(step, 0, 1, cfg)
+    model(x, y, mask)[1].backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    for g in optimizer.param_groups:
+        g["lr"] = cfg.lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def checkpoint_two_to_one(pair, alone, folder: str) -> dict:
     cfg = TrainConfig(n_layer=2)
     model = shard_model(build_model(cfg), ReferenceUnit, pair)
@@ -417,7 +472,20 @@ def main() -> None:
     def group(timeout_s: float = 20.0):
         return dist.new_group([0, 1], timeout=datetime.timedelta(seconds=limit(timeout_s)))
 
-    names = ["gather", "reduce", "norm", "prefetch", "hooks", "train", "odd32", "odd64", "tie", "f64", "ckpt"]
+    names = [
+        "gather",
+        "reduce",
+        "norm",
+        "prefetch",
+        "hooks",
+        "train",
+        "odd32",
+        "odd64",
+        "tie",
+        "f64",
+        "ckpt",
+        "ignored",
+    ]
     groups = {name: group() for name in names}
     alone = dist.new_group([0])  # a world of one, for the checkpoint loaded at 1 rank
 
@@ -435,6 +503,7 @@ def main() -> None:
     run("odd64", "maintainer", lambda: odd_model_against_one_process(groups["odd64"], torch.float64))
     run("tie", "maintainer", lambda: tie_across_units(groups["tie"]))
     run("f64", "maintainer", lambda: float64_minigpt(groups["f64"]))
+    run("ignored", "maintainer", lambda: ignored_norms(groups["ignored"]))
     if wanted is None or "maintainer" in wanted:
         folder = [tempfile.mkdtemp(prefix="fsdp-ckpt-") + "/ckpt" if RANK == 0 else None]
         dist.broadcast_object_list(folder, src=0)

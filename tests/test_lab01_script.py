@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from minigpt.parallel import proof
 from minigpt.runners import lab01_ddp
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
@@ -66,12 +67,13 @@ def test_two_node_launch_checks_and_reports(rendezvous, tmp_path):
     assert "check PASS" in out0 and "world size 2" in out0, out0
     assert [report.exists(), (tmp_path / "other.json").exists()].count(True) == 1, "only rank 0 writes the report"
     data = json.loads(report.read_text())
-    for key in ("max_logit_drift", "ranks_bit_identical", "tutor_accuracy", "world_size", "steps"):
+    for key in ("max_logit_drift", "ranks_bit_identical", "tutor_accuracy", "world_size", "steps", *proof.REPORT_KEYS):
         assert key in data, key
     assert data["world_size"] == 2 and data["steps"] == 6 and data["ranks_bit_identical"] is True
     assert 0 < data["max_logit_drift"] <= 1e-5
-    assert set(data["variants"]) == {"bucketed", "ring", "torch-ddp"}
+    assert set(data["variants"]) == {"bucketed", "torch-ddp"}  # --full adds the ring
     assert data["variants_bit_identical_to_each_other"] is True  # 2 ranks: a+b whichever way it is reduced
+    assert data["same_as_pytorch"] and data["pytorch_max_diff"] == 0.0 and data["fp64_max_step_drift"] <= 1e-12
     assert len(data["last_step_timeline"]) == len(data["buckets"]) >= 1
     assert data["synchronised_backward_passes"] == 6, "with --accum 2, only the last micro-batch synchronises"
 

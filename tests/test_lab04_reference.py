@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
+from minigpt.parallel import proof
 from tests.ranks import scenario
 
 pytestmark = pytest.mark.timeout(180)
@@ -43,6 +45,16 @@ def test_a_parameter_tied_across_two_units_is_refused_with_both_names(fsdp_scrat
 def test_float64_gradients_equal_one_process(fsdp_scratch):
     for result in both(fsdp_scratch, "f64@maintainer"):
         assert result["max_diff"] <= 1e-12, result
+
+
+def test_ignored_parameters_stay_whole_and_train_like_one_process(fsdp_scratch):
+    """FSDP2's ``ignored_params``, in ours: every layer norm left whole on every rank. Three clipped
+    float64 AdamW steps equal one process's to 1e-12, and the ignored gradients (averaged by the unit
+    at the end of backward) are bit-identical on the two ranks after every backward."""
+    r0, r1 = (scenario(fsdp_scratch, "ignored@maintainer", rank) for rank in range(2))
+    assert r0["ignored"] == 2 * 2 * 2 + 2 and r0["whole_on_every_rank"], r0  # 2 blocks x 2 norms x (w, b), ln_f
+    assert r0["max_diff"] <= 1e-12, f"{r0['max_diff']:.2e} from one process"
+    assert r0["grad_digests"] == r1["grad_digests"], "the ignored gradients differ between the ranks"
 
 
 def test_a_checkpoint_saved_at_two_ranks_loads_at_one(fsdp_scratch):
@@ -86,12 +98,42 @@ def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
 
     report = tmp_path / "lab04.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    command += ["lab/04_fsdp.py", "--check", "--steps", "2", "--float64-steps", "1", "--short-steps", "1"]
+    command += ["lab/04_fsdp.py", "--check", "--steps", "2", "--short-steps", "1"]
     command += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report)]
     process = start(command)
     _, err = process.communicate(timeout=limit(240))
     assert process.returncode == 0, err[-2000:]
     r = json.loads(report.read_text())
-    keys = ("world_size", "max_step_drift", "ranks_bit_identical", "bytes_per_rank_per_step", "bytes_model")
-    assert all(k in r for k in (*keys, "event_order_matches_fsdp2", "tutor_accuracy")), sorted(r)
-    assert r["passed"] and r["world_size"] == 2 and r["bytes_per_rank_per_step"] == r["bytes_model"] == 2_922_240
+    keys = ("world_size", "ranks_bit_identical", "bytes_per_rank_per_step", "bytes_model", "event_order_matches_fsdp2")
+    assert all(k in r for k in (*keys, *proof.REPORT_KEYS, "tutor_accuracy")), sorted(r)
+    assert (
+        r["criterion_pass"] and r["world_size"] == 2 and r["bytes_per_rank_per_step"] == r["bytes_model"] == 2_922_240
+    )
+    assert r["same_as_pytorch"] and r["pytorch_max_diff"] == 0.0 and r["fp64_max_step_drift"] <= 1e-12, r
+    assert "speed" in r, "--rounds 1 times ours against FSDP2"
+
+
+def test_a_learners_mistake_fails_the_check_naming_its_rulers(tmp_path):
+    """lab/04_fsdp.py --check with tests/pitfalls/unpadded_fsdp/ as the learner's exercises (the
+    reduce-scatter buffer not padded parameter by parameter, so rank r's chunk is not its rows):
+    exit 1, and the lines name the float64 ruler (the algorithm) and FSDP2's (bit for bit)."""
+    import os
+
+    from tests.limits import limit
+    from tests.test_lab01_script import start
+
+    report = tmp_path / "lab04.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += ["lab/04_fsdp.py", "--check", "--impl", "exercises", "--steps", "3", "--short-steps", "1"]
+    command += ["--fsdp2-steps", "2", "--test-sentences", "5", "--quiet", "--report", str(report)]
+    os.environ["MINIGPT_EXERCISES_DIR"] = str(Path(__file__).parent / "pitfalls" / "unpadded_fsdp")
+    try:
+        process = start(command)
+    finally:
+        del os.environ["MINIGPT_EXERCISES_DIR"]
+    out, err = process.communicate(timeout=limit(240))
+    assert process.returncode == 1, (out[-2000:], err[-2000:])
+    r = json.loads(report.read_text())
+    assert not r["criterion_pass"] and {"fp64_max_step_drift", "same_as_pytorch"} <= set(r["broken_rulers"]), r
+    assert r["fp64_max_step_drift"] > 1e-3, r["fp64_max_step_drift"]
+    assert "broken ruler fp64_max_step_drift: measured" in out and "check FAIL" in out, out[-2000:]

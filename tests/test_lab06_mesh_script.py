@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from minigpt.model import MiniGPT
+from minigpt.parallel import proof
 from minigpt.train import TrainConfig
 from minigpt.zero import comm
 from tests.launcher import free_port
@@ -65,11 +66,12 @@ def test_the_mesh_script_passes_its_check_on_two_nodes_of_two(tmp_path):
     report = tmp_path / "mesh.json"
     two_nodes(["--check", "--steps", "4", "--quiet", "--report", str(report)], 280)
     r = json.loads(report.read_text())
-    assert r["passed"] and r["world_size"] == 4, {k: r.get(k) for k in ("passed", "max_step_drift", "bytes_per_dim")}
+    assert r["criterion_pass"] and r["world_size"] == 4, {k: r.get(k) for k in ("broken_rulers", "bytes_per_dim")}
+    assert set(proof.REPORT_KEYS) <= set(r), sorted(r)
     assert r["mesh"] == {"hsdp": {"replicate": 2, "shard": 2}, "dp_tp": {"dp": 2, "tp": 2}}
-    assert r["max_step_drift"] <= 1e-5, r["max_step_drift"]
-    one = r["dp_tp"]["one_step"]
-    assert one["max_logit_diff"] <= 1e-5 and one["max_grad_diff"] <= 1e-5, one
+    assert r["fp32_max_step_drift"] <= 1e-5 and r["fp64_max_step_drift"] <= 1e-12, r
+    assert r["fp32_first_step_logit_diff"] <= 1e-5 and r["fp32_first_step_grad_diff"] <= 1e-5, r
+    assert r["pytorch_first_step_logit_diff"] <= 1e-6 and r["same_as_pytorch"], r  # FSDP2 + parallelize_module
 
     # HSDP: (S-1)/S of every all-gather and reduce-scatter inside the shard group, 2(R-1)/R of each
     # unit's gradient shard (padded / S) across the replicas

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from minigpt.model import GPTConfig
+from minigpt.parallel import proof
 from minigpt.runners import lab06_pipeline
 from tests.limits import limit
 
@@ -56,8 +57,10 @@ def test_the_pipeline_script_passes_its_check(tmp_path, stages, schedule, m):
     assert code == 0, err[-2000:]
     r = json.loads(report.read_text())
     assert {"stages", "micro_batches", "schedule", "max_grad_diff", "bubble_measured", "bubble_model"} <= set(r)
-    assert r["passed"] and r["stages"] == stages and r["schedule"] == schedule and r["micro_batches"] == m, r
-    assert r["max_grad_diff"] <= 1e-5 and r["max_step_drift"] <= 1e-5, r
+    assert set(proof.REPORT_KEYS) <= set(r), sorted(r)
+    assert r["criterion_pass"] and r["stages"] == stages and r["schedule"] == schedule and r["micro_batches"] == m, r
+    assert r["max_grad_diff"] <= 1e-5 and r["fp32_max_step_drift"] <= 1e-5 and r["fp64_max_step_drift"] <= 1e-12, r
+    assert r["same_as_pytorch"] and r["fp32_first_step_logit_diff"] <= 1e-5, r
     assert r["one_step"]["float64"][schedule]["max_grad_diff"] <= 1e-12, r["one_step"]["float64"]
     # PyTorch's own pipeline (torch.distributed.pipelining) on the same stages and batch
     assert all(r["torch_pipelining"][s]["max_grad_diff"] <= 1e-5 for s in ("gpipe", "1f1b")), r["torch_pipelining"]

@@ -60,6 +60,21 @@ FP64_DRIFT_BOUND = 1e-9  # ruler 1: the algorithm
 FP32_DRIFT_BOUND = 1e-5  # ruler 3, for the data-parallel family
 FP64_MIN_STEPS = 20
 DATA_PARALLEL, MODEL_PARALLEL = "data-parallel", "model-parallel"
+# the keys every lab's ``--check --report`` writes (tests/ check them in each lab's report)
+REPORT_KEYS = (
+    "fp32_first_step_logit_diff",
+    "fp32_first_step_grad_diff",
+    "fp64_max_step_drift",
+    "fp64_steps",
+    "fp32_max_step_drift",
+    "fp32_worst_step",
+    "same_as_pytorch",
+    "pytorch_impl",
+    "pytorch_max_diff",
+    "criterion_pass",
+    "rulers",
+    "seconds",
+)
 State = dict  # {"weights": {name: tensor}, "moments": {key: {name: tensor}}, "step": tensor or None}
 
 
