@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minigpt.pages.lang import num, pct, sci, table, tr, yes
+from minigpt.pages import rulers
+from minigpt.pages.lang import num, sci, table, tr, yes
 
 SETTING_NAMES = {
     "implicit": ("implicit (FSDP2's default)", "implícita (la de FSDP2)"),
@@ -27,139 +28,69 @@ RECIPE_NAMES = {
 
 
 def proofs(r: dict, lang: str) -> str:
-    t, n = r["training"], r["world_size"]
-    drift = t["step_drift"]
-    ck = r["checkpoint"]
-    loads = ", ".join(f"{w}: {_sci0(d, lang)}" for w, d in ck["loaded_at"].items())
+    """The check's rulers (:mod:`minigpt.pages.rulers`)."""
+    return rulers.table(r, lang)
+
+
+def clipping(r: dict, lang: str) -> str:
+    """How often the run clipped, and what the twin's own norm would have done (``--full``)."""
+    t = r["training"]
+    clipped = r["clipped_steps"]
     rows = [
         [
             tr(
                 lang,
-                f"step drift against one process, fp32, {t['steps']} AdamW steps",
-                f"deriva por paso frente a un proceso, fp32, {t['steps']} pasos de AdamW",
+                f"steps whose gradient norm was above max_norm = 1 (clipped), of {r['fp32_steps']}",
+                f"pasos cuya norma del gradiente superó max_norm = 1 (recortados), de {r['fp32_steps']}",
             ),
-            f"{sci(drift['max'], lang)} ({tr(lang, 'step', 'paso')} {drift['worst_step']})",
-            "≤ 1e-5",
-            yes(drift["max"] <= 1e-5, lang),
+            f"{len(clipped)}: {_ranges(clipped)}",
         ],
         [
             tr(
                 lang,
-                "… the same, the one process clipping with our norm",
-                "… lo mismo, el proceso único recortando con nuestra norma",
+                "largest relative difference between our norm and one process's",
+                "mayor diferencia relativa entre nuestra norma y la de un proceso",
             ),
-            f"{sci(t['step_drift_same_clip_norm']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['step_drift_same_clip_norm']['worst_step']})",
-            "≤ 1e-5",
-            yes(t["step_drift_same_clip_norm"]["max"] <= 1e-5, lang),
+            sci(r["fp32_norm_rel_diff"], lang),
         ],
         [
             tr(
                 lang,
-                "… and PyTorch's FSDP2, in lockstep, against one process",
-                "… y el FSDP2 de PyTorch, al mismo paso, frente a un proceso",
+                "step drift, one process clipping with our norm (the criterion)",
+                "deriva por paso, un proceso recortando con nuestra norma (el criterio)",
             ),
-            f"{sci(t['fsdp2_step_drift']['max'], lang)} ({tr(lang, 'step', 'paso')} {t['fsdp2_step_drift']['worst_step']})",
-            "≤ 1e-5",
-            yes(t["fsdp2_step_drift"]["max"] <= 1e-5, lang),
-        ],
-        [
-            tr(
-                lang,
-                f"step drift against one process, float64, {r['float64']['steps']} steps",
-                f"deriva por paso frente a un proceso, float64, {r['float64']['steps']} pasos",
-            ),
-            sci(r["float64"]["step_drift"]["max"], lang),
-            "≤ 1e-12",
-            yes(r["float64"]["step_drift"]["max"] <= 1e-12, lang),
-        ],
-        [
-            tr(
-                lang,
-                f"the {n} ranks' gathered weights bit-identical after every step",
-                f"los pesos reunidos de los {n} ranks idénticos bit a bit tras cada paso",
-            ),
-            yes(r["ranks_bit_identical"], lang),
-            tr(lang, "yes", "sí"),
-            yes(r["ranks_bit_identical"], lang),
-        ],
-        [
-            tr(
-                lang,
-                "bytes sent per rank per step: ours, Lab 02's model, FSDP2",
-                "bytes enviados por rank y paso: el nuestro, el modelo del laboratorio 02, FSDP2",
-            ),
-            f"{num(r['bytes_per_rank_per_step'], lang)}, {num(r['bytes_model'], lang)}, {num(r['bytes_fsdp2'], lang)}",
-            tr(lang, "equal", "iguales"),
-            yes(r["bytes_per_rank_per_step"] == r["bytes_model"] == r["bytes_fsdp2"], lang),
-        ],
-        [
-            tr(
-                lang,
-                "order of all-gathers, computations and reduce-scatters = FSDP2's, 4 settings",
-                "orden de all-gathers, cómputos y reduce-scatters = el de FSDP2, 4 ajustes",
-            ),
-            yes(r["event_order_matches_fsdp2"], lang),
-            tr(lang, "yes", "sí"),
-            yes(r["event_order_matches_fsdp2"], lang),
-        ],
-        [
-            tr(
-                lang,
-                "peak of weights and gradients held = the model, 4 settings",
-                "pico de pesos y gradientes retenidos = el modelo, 4 ajustes",
-            ),
-            yes(r["memory_matches_model"], lang),
-            tr(lang, "yes", "sí"),
-            yes(r["memory_matches_model"], lang),
-        ],
-        [
-            tr(
-                lang,
-                f"without clipping, weights bit-identical to FSDP2's ({r['without_clipping']['steps']} steps, 3 recipes)",
-                f"sin recorte, pesos idénticos bit a bit a los de FSDP2 ({r['without_clipping']['steps']} pasos, 3 recetas)",
-            ),
-            yes(r["without_clipping"]["bit_identical"], lang),
-            tr(lang, "yes", "sí"),
-            yes(r["without_clipping"]["bit_identical"], lang),
-        ],
-        [
-            tr(
-                lang,
-                "with clipping, largest weight difference from FSDP2",
-                "con recorte, mayor diferencia de pesos con FSDP2",
-            ),
-            _sci0(t["max_difference_from_fsdp2"], lang),
-            tr(lang, "(measured)", "(medida)"),
-            "",
-        ],
-        [
-            tr(
-                lang,
-                f"checkpoint saved on {ck['saved_at']} ranks, loaded on 1 and {n}: max logit difference",
-                f"checkpoint guardado en {ck['saved_at']} ranks, cargado en 1 y en {n}: máx. diferencia de logits",
-            ),
-            loads,
-            "0",
-            yes(all(d == 0 for d in ck["loaded_at"].values()), lang),
-        ],
-        [
-            tr(
-                lang,
-                "tutor accuracy after training (held-out test sentences)",
-                "precisión del tutor tras entrenar (frases de prueba no vistas)",
-            ),
-            f"{pct(t['tutor_accuracy'], lang)} ({num(t['tutor_correct'], lang)}/{num(t['tutor_total'], lang)})",
-            "",
-            "",
+            f"{sci(r['fp32_max_step_drift'], lang)} ({tr(lang, 'step', 'paso')} {r['fp32_worst_step']})",
         ],
     ]
-    head = [
-        tr(lang, "what is checked", "qué se comprueba"),
-        tr(lang, "measured", "medido"),
-        tr(lang, "bound", "cota"),
-        tr(lang, "holds", "se cumple"),
-    ]
+    if "fp32_max_step_drift_twin_own_norm" in r:
+        own = t["step_drift_own_norm"]
+        rows.append(
+            [
+                tr(
+                    lang,
+                    "step drift, one process clipping with its own norm (reported)",
+                    "deriva por paso, un proceso recortando con su propia norma (informada)",
+                ),
+                f"{sci(own['max'], lang)} ({tr(lang, 'step', 'paso')} {own['worst_step']})",
+            ]
+        )
+    head = [tr(lang, "clipping, measured", "recorte, medido"), tr(lang, "value", "valor")]
     return table(head, rows, left=1)
+
+
+def _ranges(steps: list[int]) -> str:
+    """[0, 1, 2, 5, 6, 9] -> "0-2, 5, 6, 9": runs of three or more joined."""
+    out, i = [], 0
+    while i < len(steps):
+        j = i
+        while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
+            j += 1
+        if j - i >= 2:
+            out.append(f"{steps[i]}-{steps[j]}")
+        else:
+            out += [str(s) for s in steps[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
 
 
 def _gathers(schedule: list[str]) -> str:
@@ -339,34 +270,45 @@ def norms(r: dict, lang: str) -> str:
 def one_number_run(r: dict, lang: str) -> str:
     """The whole training with the one-number norm (``--clip-norm one-number``): its drift."""
     t = r["training"]
-    d, f = t["step_drift"], t["fsdp2_step_drift"]
-    norms = t["norms_at_worst_step"]
     rows = [
         [
             tr(
                 lang,
-                "step drift against one process, one-number norm",
-                "deriva por paso frente a un proceso, norma de un solo número",
+                "step drift, one process clipping with this run's norm (the criterion)",
+                "deriva por paso, un proceso recortando con la norma de esta ejecución (el criterio)",
             ),
-            f"{sci(d['max'], lang)} ({tr(lang, 'step', 'paso')} {d['worst_step']})",
-        ],
-        [
-            tr(lang, "… the one process clipping with that norm", "… el proceso único recortando con esa norma"),
-            sci(t["step_drift_same_clip_norm"]["max"], lang),
-        ],
-        [
-            tr(lang, "FSDP2 in lockstep against one process", "FSDP2 al mismo paso frente a un proceso"),
-            f"{sci(f['max'], lang)} ({tr(lang, 'step', 'paso')} {f['worst_step']})",
+            f"{sci(r['fp32_max_step_drift'], lang)} ({tr(lang, 'step', 'paso')} {r['fp32_worst_step']})",
         ],
         [
             tr(
                 lang,
-                f"the norm at step {norms['step']}: ours, one process's, exact (float64)",
-                f"la norma en el paso {norms['step']}: la nuestra, la del proceso único, la exacta (float64)",
+                "largest relative difference between this norm and one process's",
+                "mayor diferencia relativa entre esta norma y la de un proceso",
             ),
-            f"{norms['ours']!r}, {norms['one_process']!r}, {num(norms['exact'], lang, 7)}",
+            sci(r["fp32_norm_rel_diff"], lang),
+        ],
+        [
+            tr(
+                lang,
+                "largest weight difference from FSDP2 (per-parameter norm)",
+                "mayor diferencia de pesos con FSDP2 (norma por parámetro)",
+            ),
+            _sci0(r["pytorch_max_diff"], lang),
         ],
     ]
+    if "fp32_max_step_drift_twin_own_norm" in r:
+        own = t["step_drift_own_norm"]
+        rows.insert(
+            1,
+            [
+                tr(
+                    lang,
+                    "step drift, one process clipping with its own norm (reported)",
+                    "deriva por paso, un proceso recortando con su propia norma (informada)",
+                ),
+                f"{sci(own['max'], lang)} ({tr(lang, 'step', 'paso')} {own['worst_step']})",
+            ],
+        )
     head = [
         tr(
             lang,
@@ -378,7 +320,14 @@ def one_number_run(r: dict, lang: str) -> str:
     return table(head, rows, left=1)
 
 
-SECTIONS = {"proofs": proofs, "norms": norms, "orders": orders, "precision": precision, "speed": speed}
+SECTIONS = {
+    "proofs": proofs,
+    "clipping": clipping,
+    "norms": norms,
+    "orders": orders,
+    "precision": precision,
+    "speed": speed,
+}
 
 
 def fragment(report: dict, lang: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minigpt.pages.lang import num, pct, sci, table, tr, write_tables, yes
+from minigpt.pages import rulers
+from minigpt.pages.lang import num, pct, sci, table, tr, write_tables
 
 
 def _drift(summary: dict, lang: str) -> str:
@@ -18,89 +19,47 @@ def _drift(summary: dict, lang: str) -> str:
 
 
 def proofs(r: dict, lang: str) -> str:
-    """What --check held against one process and against the formulas."""
-    one, t, n = r["one_step"], r["training"], r["tp"]
-    f32, f64 = one["float32"], one["float64"]
+    """The check's rulers (:mod:`minigpt.pages.rulers`)."""
+    return rulers.table(r, lang) + _measured(r, lang)
+
+
+def drift(r: dict, lang: str) -> str:
+    """The float32 step drift over the run: ours, PyTorch's own TP on the same run, and the control
+    (one process whose fused qkv is three layers), each against its own one-process twin."""
+    t = r["training"]
     optimizer = {"adamw": "AdamW", "sgd": "SGD"}[r.get("optimizer", "adamw")]
-    rows = []
-    for mode, en, es in (("tp", "TP", "TP"), ("sp", "TP + SP", "TP + SP")):
+    rows = [[tr(lang, "ours (TPMiniGPT)", "el nuestro (TPMiniGPT)"), _drift(t["step_drift"], lang)]]
+    if "pytorch_step_drift" in t:
         rows.append(
             [
-                tr(lang, f"one step, {en}: logits and gradients, fp32", f"un paso, {es}: logits y gradientes, fp32"),
-                f"{sci(f32[mode]['max_logit_diff'], lang)} / {sci(f32[mode]['max_grad_diff'], lang)}",
-                "≤ 1e-5",
-                yes(max(f32[mode]["max_logit_diff"], f32[mode]["max_grad_diff"]) <= 1e-5, lang),
+                tr(lang, "PyTorch's `parallelize_module`", "`parallelize_module` de PyTorch"),
+                _drift(t["pytorch_step_drift"], lang),
             ]
         )
+    if "control_step_drift" in t:
         rows.append(
             [
-                tr(lang, "… the same in float64", "… lo mismo en float64"),
-                f"{sci(f64[mode]['max_logit_diff'], lang)} / {sci(f64[mode]['max_grad_diff'], lang)}",
-                "≤ 1e-12",
-                yes(max(f64[mode]["max_logit_diff"], f64[mode]["max_grad_diff"]) <= 1e-12, lang),
+                tr(lang, "one process, qkv split into three layers", "un proceso, qkv partida en tres capas"),
+                _drift(t["control_step_drift"], lang),
             ]
         )
-    rows += [
+    rows.append(
         [
-            tr(lang, "bytes one rank sends per step, TP / TP + SP", "bytes que envía un rank por paso, TP / TP + SP"),
-            f"{num(f32['tp']['bytes_sent'], lang)} / {num(f32['sp']['bytes_sent'], lang)}",
-            tr(lang, f"formula: {num(r['bytes_model'], lang)}", f"fórmula: {num(r['bytes_model'], lang)}"),
-            yes(f32["tp"]["bytes_sent"] == f32["sp"]["bytes_sent"] == r["bytes_model"], lang),
-        ],
-        [
-            tr(lang, "parameter bytes one rank holds", "bytes de parámetros que guarda un rank"),
-            num(f32["tp"]["param_bytes"], lang),
-            tr(lang, f"count: {num(r['param_bytes_model'], lang)}", f"cuenta: {num(r['param_bytes_model'], lang)}"),
-            yes(f32["tp"]["param_bytes"] == r["param_bytes_model"], lang),
-        ],
-        [
-            tr(
-                lang,
-                f"step drift against one process, fp32, {t['steps']} {optimizer} steps",
-                f"deriva por paso frente a un proceso, fp32, {t['steps']} pasos de {optimizer}",
-            ),
-            _drift(t["step_drift"], lang),
-            "≤ 1e-5",
-            yes(t["step_drift"]["max"] <= 1e-5, lang),
-        ],
-        [
-            tr(
-                lang,
-                f"step drift against one process, float64, {r['float64']['steps']} steps",
-                f"deriva por paso frente a un proceso, float64, {r['float64']['steps']} pasos",
-            ),
-            _drift(r["float64"]["step_drift"], lang),
-            "≤ 1e-12",
-            yes(r["float64"]["step_drift"]["max"] <= 1e-12, lang),
-        ],
-        [
-            tr(
-                lang,
-                "whole parameters bit-identical on every rank",
-                "parámetros enteros idénticos bit a bit en cada rank",
-            ),
-            yes(t["replicated_bit_identical"], lang),
-            tr(lang, "after every step", "tras cada paso"),
-            yes(t["replicated_bit_identical"], lang),
-        ],
-        [
-            tr(lang, "tutor accuracy after training", "precisión del tutor tras el entrenamiento"),
+            tr(lang, "tutor accuracy after the run (ours)", "exactitud del tutor tras la ejecución (el nuestro)"),
             f"{pct(t['tutor_accuracy'], lang)} ({t['tutor_correct']}/{t['tutor_total']})",
-            "",
-            "",
-        ],
-    ]
+        ]
+    )
     head = [
         tr(
             lang,
-            f"{n} ranks{', sequence parallel' if r['sequence_parallel'] else ''}",
-            f"{n} ranks{', paralelismo de secuencia' if r['sequence_parallel'] else ''}",
+            f"{r['tp']} ranks{', sequence parallel' if r['sequence_parallel'] else ''}: float32 step drift, "
+            f"{t['steps']} {optimizer} steps",
+            f"{r['tp']} ranks{', paralelismo de secuencia' if r['sequence_parallel'] else ''}: deriva por paso en "
+            f"float32, {t['steps']} pasos de {optimizer}",
         ),
-        tr(lang, "measured", "medido"),
-        tr(lang, "bound", "cota"),
-        tr(lang, "holds", "se cumple"),
+        tr(lang, "max (step)", "máx. (paso)"),
     ]
-    return table(head, rows) + _measured(r, lang)
+    return table(head, rows, left=1)
 
 
 def _measured(r: dict, lang: str) -> str:
@@ -172,8 +131,16 @@ def ring(r: dict, lang: str) -> str:
     return table(head, rows) + note + _measured(r, lang)
 
 
+def ring_training(r: dict, lang: str) -> str:
+    """MiniGPT trained context-parallel: the check's rulers."""
+    return rulers.table(r, lang)
+
+
 def fragment(report: dict, lang: str) -> str:
-    sections = {"ring": ring} if "cases" in report else {"proofs": proofs, "memory": memory}
+    if "cases" in report:
+        sections = {"ring": ring, **({"rulers": ring_training} if "rulers" in report else {})}
+    else:
+        sections = {"proofs": proofs, "drift": drift, "memory": memory}
     return "".join(
         f"<!-- --8<-- [start:{name}] -->\n{section(report, lang)}<!-- --8<-- [end:{name}] -->\n"
         for name, section in sections.items()
