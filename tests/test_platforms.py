@@ -1,0 +1,91 @@
+"""Every learner's machine: the set-up works on the Pythons and systems learners own, or says plainly why not.
+
+* the one-process world (``launch.init()`` without torchrun: every notebook's first cell) needs no store that
+  Windows lacks, and leaves no file behind;
+* gloo that cannot start because this machine's name does not resolve (a Mac, often) ends in one line naming the
+  fix, ``GLOO_SOCKET_IFNAME``.
+
+These tests check the course's own machinery and carry no points.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.limits import limit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **kwargs.pop("env", {})}
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+# --- the one-process world and gloo's address -------------------------------------------------------------------
+
+
+def test_the_world_of_one_needs_no_store_that_windows_lacks(tmp_path):
+    """Windows' torch has no HashStore: taken away here, launch.init() still starts a world of one, its collectives
+    run, and its store (a file in the temporary folder) is gone after teardown."""
+    code = """
+import torch
+import torch.distributed as dist
+del dist.HashStore
+from minigpt.parallel import launch
+ctx = launch.init()
+t = torch.arange(4.0)
+dist.all_reduce(t)
+assert ctx.world_size == 1 and t.tolist() == [0.0, 1.0, 2.0, 3.0]
+launch.teardown()
+print("ok")
+"""
+    proc = run([sys.executable, "-c", code], timeout=limit(120), env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert list(tmp_path.iterdir()) == [], "the world of one left its store behind"
+    assert not [p for p in (ROOT / "minigpt").rglob("*.py") if "HashStore" in p.read_text(encoding="utf-8")]
+
+
+def test_gloo_that_cannot_find_this_machine_says_to_set_gloo_socket_ifname(monkeypatch, capsys, tmp_path):
+    """A Mac whose name does not resolve: gloo cannot start, and launch.init() ends in one line naming the fix."""
+    import socket
+    import tempfile
+
+    from minigpt.parallel import launch
+
+    def gloo_on_that_mac(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at ../third_party/gloo/gloo/transport/uv/device.cc:153] rp != nullptr. "
+            "Unable to find address for: learners-macbook.invalid"
+        )
+
+    def no_address(host, *args, **kwargs):
+        raise socket.gaierror(8, "nodename nor servname provided, or not known")
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(launch.dist, "init_process_group", gloo_on_that_mac)
+    monkeypatch.setattr(socket, "gethostname", lambda: "learners-macbook.invalid")
+    monkeypatch.setattr(socket, "getaddrinfo", no_address)
+    with pytest.raises(SystemExit) as stopped:
+        launch.init()
+    assert stopped.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("[rank 0] error: the gloo process group could not start"), lines[0]
+    assert "'learners-macbook.invalid' does not resolve" in lines[0] and "GLOO_SOCKET_IFNAME=lo0" in lines[0]
+
+
+def test_a_store_that_times_out_is_not_taken_for_gloos_address(monkeypatch):
+    from minigpt.parallel import launch
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert launch.gloo_address_hint("gloo", RuntimeError("Timed out after 31 seconds waiting for clients")) is None
+    assert launch.gloo_address_hint("nccl", RuntimeError("Unable to find address for: x")) is None
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo0")
+    assert launch.gloo_address_hint("gloo", RuntimeError("Unable to find address for: lo0")) is None
