@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test grade notebooks docs serve clean results results-01 results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -19,6 +19,8 @@ help:
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
+	@echo "make check-pins  maintainers: do the pins of constraints.txt install on Python 3.10-3.14 on Linux"
+	@echo "             (x86_64, aarch64), macOS (arm64) and Windows (amd64)? pip's resolver is asked, nothing installed"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
 	@echo "             benchmark alone takes about 18 min); results-01 ... results-06 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
@@ -57,6 +59,11 @@ format: $(STAMP)
 
 test: install lint
 	$(PY) -m pytest
+
+# Maintainers (CONTRIBUTING, "Checks"): pip's resolver, asked without installing, for every supported Python and
+# system; one line each, and a pin with no distribution named (.ci/check_pins.py --help).
+check-pins: $(STAMP)
+	$(PY) .ci/check_pins.py
 
 # The graded tests only, against lab/exercises/ (python -m minigpt.grader --help). LANG=es (or a
 # Spanish locale) gives the report in Spanish; EX, LAB and DETAILS pick what to grade and show.

@@ -1,5 +1,7 @@
 """Every learner's machine: the set-up works on the Pythons and systems learners own, or says plainly why not.
 
+* a pin with no distribution for a supported Python is named by ``make check-pins`` (.ci/check_pins.py), with the
+  Python and the system (this test asks PyPI: one Python, one system, the core dependencies only);
 * the one-process world (``launch.init()`` without torchrun: every notebook's first cell) needs no store that
   Windows lacks, and leaves no file behind;
 * gloo that cannot start because this machine's name does not resolve (a Mac, often) ends in one line naming the
@@ -25,6 +27,52 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **kwargs.pop("env", {})}
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+# --- make check-pins -------------------------------------------------------------------------------------------
+
+
+def test_check_pins_names_a_pin_with_no_distribution_for_python_3_10(tmp_path):
+    """numpy 2.4 has no wheel for Python 3.10: swapped in for every Python, the check names it, the Python and the
+    system, and fails (Windows and the core dependencies only: the shortest question that pip's resolver answers)."""
+    pins = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    swapped = [line for line in pins if not line.startswith("numpy==")] + ["numpy==2.4.6"]
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    proc = run(
+        [sys.executable, ".ci/check_pins.py", "--python", "3.10", "--system", "windows-amd64", "--extras", ""]
+        + ["--constraints", str(constraints)],
+        timeout=limit(240),
+    )
+    if "cannot reach" in proc.stdout:
+        pytest.skip(f"PyPI cannot be reached from here, so the pins were not checked: {proc.stdout.strip()[-300:]}")
+    line = f"numpy==2.4.6 (constraints.txt line {len(swapped)}) has no distribution for Python 3.10 on windows-amd64"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"FAIL  Python 3.10 · windows-amd64: {line}" in proc.stdout, proc.stdout + proc.stderr
+    assert "with those left out, pip picks numpy==2.2.6" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--system", "macos-x86_64"], "--system macos-x86_64: unknown system 'macos-x86_64'; use linux-x86_64,"),
+        (["--python", "3.x"], "--python 3.x: give versions as 3.X, comma-separated"),
+        (["--extras", "gpu"], "--extras gpu: pyproject.toml has no such extra"),
+        (["--constraints", "no-such-file.txt"], "--constraints no-such-file.txt"),
+    ],
+)
+def test_check_pins_refuses_bad_input_in_one_line(args, message):
+    proc = run([sys.executable, ".ci/check_pins.py", *args], timeout=limit(60))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_check_pins_refuses_pins_whose_markers_overlap(tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text('numpy==2.2.6; python_version < "3.12"\nnumpy==2.4.6; python_version >= "3.11"\n')
+    proc = run([sys.executable, ".ci/check_pins.py", "--constraints", str(constraints)], timeout=limit(60))
+    assert proc.returncode == 2, proc.stderr
+    assert "lines 1 and 2 both pin numpy for Python 3.11" in proc.stderr, proc.stderr
 
 
 # --- the one-process world and gloo's address -------------------------------------------------------------------
