@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The package index torch is taken from. Empty (the default): PyPI, as every other package, whose Linux torch is
+# the CUDA build with its CUDA packages (README: "Platforms"). TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# installs the CPU build of the same version (torch 2.13.0+cpu) first; the pins then keep it.
+TORCH_INDEX ?=
 # make install's browser step looks for chromium here; when it cannot install it, the note says why (tests/test_site.py
 # shows it in the score table's NOT RUN line)
 CHROMIUM ?= /usr/bin/chromium
@@ -23,6 +27,7 @@ help:
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
+	@echo "make install TORCH_INDEX=https://download.pytorch.org/whl/cpu   the CPU build of torch on Linux (no CUDA packages)"
 	@echo "make check-pins  maintainers: do the pins of constraints.txt install on Python 3.10-3.14 on Linux"
 	@echo "             (x86_64, aarch64), macOS (arm64) and Windows (amd64)? pip's resolver is asked, nothing installed"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
@@ -31,6 +36,7 @@ help:
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --index-url $(TORCH_INDEX) -c constraints.txt torch)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,notebooks,docs]"
 	@touch $(STAMP)
 
