@@ -6,8 +6,16 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The package index torch is taken from. Empty (the default): PyPI, as every other package, whose Linux torch is
+# the CUDA build with its CUDA packages (README: "Platforms"). TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# installs the CPU build of the same version (torch 2.13.0+cpu) first; the pins then keep it.
+TORCH_INDEX ?=
+# make install's browser step looks for chromium here; when it cannot install it, the note says why (tests/test_site.py
+# shows it in the score table's NOT RUN line)
+CHROMIUM ?= /usr/bin/chromium
+BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser demo train tutor lint format test grade notebooks docs serve clean results results-01 results-01-checks results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test grade notebooks docs serve clean results results-01 results-01-checks results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -19,27 +27,38 @@ help:
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
 	@echo "make clean   remove .venv, out/ and the built site"
+	@echo "make install TORCH_INDEX=https://download.pytorch.org/whl/cpu   the CPU build of torch on Linux (no CUDA packages)"
+	@echo "make check-pins  maintainers: do the pins of constraints.txt install on Python 3.10-3.14 on Linux"
+	@echo "             (x86_64, aarch64), macOS (arm64) and Windows (amd64)? pip's resolver is asked, nothing installed"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
 	@echo "             benchmark alone takes about 18 min); results-01 ... results-06 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --index-url $(TORCH_INDEX) -c constraints.txt torch)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,notebooks,docs]"
 	@touch $(STAMP)
 
 # Debian's chromium for the website's browser test (tests/test_site.py; Playwright cannot download
 # a browser here). Installed with apt-get when it is missing and this user may (root, or sudo
-# without a password); otherwise a warning, and the suite's score table says the test did not run.
+# without a password). Whatever stops it (no apt-get, no root, a package lock held by another
+# process, no network) is one WARNING line and exit status 0: the install and the tests go on, and
+# the score table's NOT RUN line says that the browser test did not run, and why (BROWSER_NOTE).
 browser:
-	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
-	if ! command -v apt-get >/dev/null 2>&1; then \
-	    echo "WARNING: /usr/bin/chromium is missing and there is no apt-get: the browser test will not run"; exit 0; fi; \
+	@rm -f $(BROWSER_NOTE); \
+	if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	skip() { echo "WARNING: $(CHROMIUM) is missing and $$1: the browser test will not run"; \
+	    mkdir -p $(VENV) && echo "$$1" > $(BROWSER_NOTE); exit 0; }; \
+	command -v apt-get >/dev/null 2>&1 || skip "there is no apt-get to install it"; \
 	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo"; \
-	else echo "WARNING: /usr/bin/chromium is missing and installing it needs root: run 'sudo apt-get install chromium' for the browser test"; exit 0; fi; \
+	else skip "installing it needs root (sudo apt-get install chromium)"; fi; \
 	echo "installing Debian's chromium for the browser test (apt-get, once)"; \
-	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	out=$$( { $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } 2>&1 ) \
+	    || { code=$$?; why=$$(printf '%s\n' "$$out" | grep '^E: ' | head -n 1 | cut -c1-200); \
+	         skip "apt-get failed (exit status $$code$${why:+: $$why})"; }; \
+	[ -x "$(CHROMIUM)" ] || skip "apt-get's chromium is not there"
 
 install: $(STAMP) browser
 
@@ -56,7 +75,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 test: install lint
-	$(PY) -m pytest
+	MINIGPT_CHROMIUM="$(CHROMIUM)" MINIGPT_BROWSER_NOTE="$(BROWSER_NOTE)" $(PY) -m pytest
+
+# Maintainers (CONTRIBUTING, "Checks"): pip's resolver, asked without installing, for every supported Python and
+# system; one line each, and a pin with no distribution named (.ci/check_pins.py --help).
+check-pins: $(STAMP)
+	$(PY) .ci/check_pins.py
 
 # The graded tests only, against lab/exercises/ (python -m minigpt.grader --help). LANG=es (or a
 # Spanish locale) gives the report in Spanish; EX, LAB and DETAILS pick what to grade and show.

@@ -26,7 +26,9 @@ import pytest
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
+# where make install's browser step put chromium (make's CHROMIUM), and its note saying why it could not
+CHROMIUM = Path(os.environ.get("MINIGPT_CHROMIUM", "/usr/bin/chromium"))
+BROWSER_NOTE = Path(os.environ.get("MINIGPT_BROWSER_NOTE", ROOT / ".venv" / "browser-not-installed.txt"))
 ARTIFACTS = ROOT / "out" / "test-artifacts"
 BROWSER_TIMEOUT_MS = int(1000 * limit(20))
 
@@ -150,13 +152,23 @@ MATH_DRAWN = """() => [...document.querySelectorAll('mjx-container')]
                       .some(e => e.getBoundingClientRect().width > 1)"""
 
 
-def test_site_in_a_real_browser(server):
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    """Debian's chromium, or the test is not run (asked before the site is built: a skip costs nothing), with
+    the reason make install's browser step noted when it could not install it (a held package lock, no root)."""
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing: `make install` (run by `make test`) installs Debian's chromium")
+        why = BROWSER_NOTE.read_text(encoding="utf-8").strip() if BROWSER_NOTE.is_file() else ""
         pytest.skip(
-            f"{CHROMIUM} is missing, so the website was not tested in a browser: `make install` as root (or `sudo apt-get install chromium`) installs it"
+            f"{CHROMIUM} is missing, so the website was not tested in a browser"
+            + (f": make install could not install it, {why}" if why else "")
+            + "; `make install` as root (or `sudo apt-get install chromium`) installs it"
         )
+    return CHROMIUM
+
+
+def test_site_in_a_real_browser(chromium, server):
     from playwright.sync_api import sync_playwright
 
     outside, local_errors, page_errors = [], [], []
@@ -178,7 +190,7 @@ def test_site_in_a_real_browser(server):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     theory = theory_page_with_math()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        browser = playwright.chromium.launch(executable_path=str(chromium))
         try:
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.set_default_timeout(BROWSER_TIMEOUT_MS)

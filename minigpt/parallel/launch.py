@@ -34,7 +34,9 @@ import re
 import signal
 import socket
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +103,7 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
     if world_size > 1 or "RANK" in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group(
+        _start_group(
             backend,
             rank=rank,
             world_size=world_size,
@@ -110,16 +112,60 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
         )
         _note_peers(rank, world_size)
     else:  # plain python: a world of one over a private store, so collectives still work
-        store = dist.HashStore()
-        dist.init_process_group(
-            backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
-        )
+        # a FileStore (a file in the temporary folder, removed with the group): it exists on every
+        # platform, where torch's in-memory store is not built on Windows
+        path = Path(tempfile.gettempdir()) / f"minigpt-store-{os.getpid()}-{uuid.uuid4().hex}"
+        store = dist.FileStore(str(path), 1)
+        _start_group(backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
     ctx = DistContext(rank, local_rank, world_size, backend, device, timeout_s)
     global _CTX
     _CTX = ctx
     if world_size > 1:
         signal.signal(signal.SIGTERM, _stopped_by_launcher)
     return ctx
+
+
+def _start_group(backend: str, rank: int, **kwargs) -> None:
+    """``dist.init_process_group``, or one line naming the fix when gloo cannot start on a laptop whose
+    name does not resolve to an address of its own (a Mac on a network whose DNS does not know it, often).
+
+    gloo binds each rank to the address of this machine's name (``socket.gethostname()``) unless
+    ``GLOO_SOCKET_IFNAME`` names a network interface; for ranks on one machine the loopback interface
+    is enough: ``lo0`` on macOS, ``lo`` on Linux. Any other failure (a store or a peer that does not
+    answer in time) is raised as it came."""
+    try:
+        dist.init_process_group(backend, rank=rank, **kwargs)
+    except (RuntimeError, ValueError) as exc:  # gloo's errors are RuntimeErrors (DistError among them)
+        hint = gloo_address_hint(backend, exc)
+        if hint is None:
+            raise
+        line = f"[rank {rank}] error: {hint}"
+        cli.say_on_stderr(line)
+        cli.tell_torchrun(line)
+        raise SystemExit(1) from None
+
+
+def gloo_address_hint(backend: str, exc: BaseException) -> str | None:
+    """The line :func:`_start_group` prints when gloo could not start because of this machine's
+    address (None for any other failure): gloo's own words for a failed address lookup, or a name
+    that does not resolve here, with ``GLOO_SOCKET_IFNAME`` not set."""
+    text = " ".join(str(exc).split())
+    if backend != "gloo" or os.environ.get("GLOO_SOCKET_IFNAME") or "timed out" in text.lower():
+        return None
+    host = socket.gethostname()
+    try:
+        socket.getaddrinfo(host, None)
+        resolves = True
+    except OSError:
+        resolves = False
+    lookup_failed = re.search(r"Unable to find address|getaddrinfo|nodename nor servname", text, re.IGNORECASE)
+    if resolves and not lookup_failed:
+        return None
+    why = f"this machine's name {host!r} does not resolve to an address" if not resolves else "gloo found no address"
+    return (
+        f"the gloo process group could not start ({type(exc).__name__}: {text[:160]}): {why}; "
+        "set GLOO_SOCKET_IFNAME=lo0 (macOS; lo on Linux) to run every rank over loopback, and run again"
+    )
 
 
 def _note_peers(rank: int, world_size: int) -> None:
