@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser check-pins demo train tutor lint format test grade notebooks docs serve clean results results-01 results-01-checks results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test grade notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -33,6 +33,8 @@ help:
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
 	@echo "             benchmark alone takes about 18 min); results-01 ... results-06 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
+	@echo "make check-times, make kernel-sets   maintainers: every lab's default --check timed (median of 3) and under"
+	@echo "             every kernel set the CPU supports (about 90 and 60 min); the guides show both tables"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -115,6 +117,14 @@ TORCHRUN4 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_nod
 RESULTS  := lab/results
 
 results: results-01 results-02 results-03 results-04 results-05 results-06
+
+# Maintainers: every lab's default --check timed as a learner runs it (the median of 3; on a quiet machine: it is
+# a benchmark), and run under each kernel set the CPU supports (its rulers). The lab guides show both tables.
+check-times: $(STAMP)
+	$(PY) -m minigpt.runners.checks times --out $(RESULTS)
+
+kernel-sets: $(STAMP)
+	$(PY) -m minigpt.runners.checks kernel-sets --out $(RESULTS)
 
 results-01: results-01-checks
 	$(PY) lab/01_drift.py --out $(RESULTS)

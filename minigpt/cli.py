@@ -61,6 +61,22 @@ TORCHRUN_EPILOG = (
 PEERS_GRACE_S = 2.0  # under torchrun, how long a refusing rank waits for its peers to say it too
 
 
+TIME_SCALE_VARIABLE = "MINIGPT_TIME_SCALE"
+
+
+def time_scale() -> float:
+    """The factor every time limit of the course is multiplied by (``MINIGPT_TIME_SCALE``, 1 when
+    unset): a slow or busy machine raises them all at once. A bad value is a ValueError that says so."""
+    text = os.environ.get(TIME_SCALE_VARIABLE, "1")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{TIME_SCALE_VARIABLE}={text!r}: give a positive number, e.g. 2")
+    return value
+
+
 class BadInput(ValueError):
     """A value an entry point cannot work with; ``str(exc)`` is the line to print after
     ``prog: error:``, naming the value and what would be valid."""

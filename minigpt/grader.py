@@ -63,6 +63,8 @@ WORDS = {
         "total": "Total {earned}/{total} points · {seconds:.0f} s",
         "next": "One exercise: make grade EX={ex} · tracebacks: make grade EX={ex} DETAILS=1",
         "broken": "the grading could not run (pytest exit {code}); its output:",
+        "not_graded": "not graded ({points} pt, not lost)",
+        "not_graded_total": " · {points} pt not graded: run again, e.g. make grade EX={ex}",
     },
     "es": {
         "grading": "Corrigiendo {who} ({where})",
@@ -81,6 +83,8 @@ WORDS = {
         "total": "Total {earned}/{total} puntos · {seconds:.0f} s",
         "next": "Un ejercicio: make grade EX={ex} · trazas completas: make grade EX={ex} DETAILS=1",
         "broken": "la corrección no pudo ejecutarse (pytest salió con {code}); su salida:",
+        "not_graded": "sin corregir ({points} pt, no perdidos)",
+        "not_graded_total": " · {points} pt sin corregir: vuelve a ejecutarlo, p. ej. make grade EX={ex}",
     },
 }
 
@@ -129,7 +133,13 @@ class Report:
 
     @property
     def total(self) -> int:
-        return sum(r.points for r in self.results)
+        """The points graded: a test that could not run because its ranks could not connect (a busy
+        machine, :data:`NOT_GRADED`) is not graded, and its points are neither earned nor lost."""
+        return sum(r.points for r in self.results if r.kind != NOT_GRADED)
+
+    @property
+    def not_graded(self) -> list[Result]:
+        return [r for r in self.results if r.kind == NOT_GRADED]
 
     def __str__(self) -> str:
         return self.text
@@ -154,6 +164,9 @@ def reason_line(result: Result, lang: str) -> str:
     return result.reason or words["did_not_run"]
 
 
+NOT_GRADED = "not graded"  # conftest.py's kind for a graded test whose ranks could not connect
+
+
 def render(report: Report) -> str:
     """The report: per lab, per exercise, the points, and one line per lost point."""
     lang, words, cat = report.lang, WORDS[report.lang], catalog()
@@ -162,11 +175,13 @@ def render(report: Report) -> str:
     order = list(cat["exercises"]) + ["all"]
     for lab in sorted({r.lab for r in report.results}):
         in_lab = [r for r in report.results if r.lab == lab]
-        earned, total = sum(r.points for r in in_lab if r.passed), sum(r.points for r in in_lab)
+        graded = [r for r in in_lab if r.kind != NOT_GRADED]
+        earned, total = sum(r.points for r in graded if r.passed), sum(r.points for r in graded)
         lines.append(f"Lab {lab} · {cat['labs'][lab][lang]} · {earned}/{total}")
         for exercise in sorted({r.exercise for r in in_lab}, key=order.index):
             tests = [r for r in in_lab if r.exercise == exercise]
-            got, out_of = sum(r.points for r in tests if r.passed), sum(r.points for r in tests)
+            got = sum(r.points for r in tests if r.passed)
+            out_of = sum(r.points for r in tests if r.kind != NOT_GRADED)
             if exercise == "all":
                 title = f"{words['all']} · {words['all_title']}"
             else:
@@ -175,12 +190,20 @@ def render(report: Report) -> str:
             tasks = dict.fromkeys(task_line(r.reason, lang) for r in tests if r.kind == "not written")
             lines += [f"    {words['not_written'].format(task=task)}" for task in tasks]  # once each
             for r in tests:
-                if not r.passed:
+                if r.kind == NOT_GRADED:
+                    lines.append(f"    {words['not_graded'].format(points=r.points)} {r.name}: {r.reason}")
+                elif not r.passed:
                     why = words["not_written_short"] if r.kind == "not written" else reason_line(r, lang)
                     lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {why}")
         lines.append("")
-    lines.append(words["total"].format(earned=report.earned, total=report.total, seconds=report.seconds))
-    first_lost = next((r.exercise for r in report.results if not r.passed and r.exercise != "all"), None)
+    total = words["total"].format(earned=report.earned, total=report.total, seconds=report.seconds)
+    if report.not_graded:
+        first = report.not_graded[0].exercise
+        total += words["not_graded_total"].format(points=sum(r.points for r in report.not_graded), ex=first)
+    lines.append(total)
+    first_lost = next(
+        (r.exercise for r in report.results if not r.passed and r.exercise != "all" and r.kind != NOT_GRADED), None
+    )
     if first_lost is not None:
         lines.append(words["next"].format(ex=first_lost))
     return "\n".join(lines)

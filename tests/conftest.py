@@ -30,7 +30,7 @@ import pytest
 
 from minigpt import grader, impl as impl_switch
 from tests import limits
-from tests.limits import limit
+from tests.limits import NOT_GRADED, limit
 from tests.words import say
 
 pytest_plugins = [
@@ -186,6 +186,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed or report.skipped:
         if result.passed:  # keep the first reason
             result.kind, result.reason = ("skipped", "skipped") if report.skipped else _reason(call)
+            if report.skipped:
+                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                reason = reason.removeprefix("Skipped: ")
+                if reason.startswith(NOT_GRADED):  # its ranks could not connect: a busy machine
+                    result.kind, result.reason = NOT_GRADED, reason
         result.passed = False
 
 
@@ -268,13 +273,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_sep("=", f"score ({impl} implementation, {where})")
         for lab in sorted({r.lab for r in scores.values()}):
             results = [r for r in scores.values() if r.lab == lab]
-            # a test that never reached its call phase (setup error) has not passed
+            # a test that never reached its call phase (setup error) has not passed; one whose ranks
+            # could not connect (a busy machine) is not graded: its points are neither earned nor lost
             earned = sum(r.points for r in results if r.passed and "call" in r.seen)
-            total = sum(r.points for r in results)
+            total = sum(r.points for r in results if r.kind != NOT_GRADED)
             title = LAB_TITLES.get(lab, "")
             terminalreporter.write_line(f"Lab {lab} · {title} · {earned}/{total}")
             for r in results:
-                if not (r.passed and "call" in r.seen):
+                if r.kind == NOT_GRADED:
+                    terminalreporter.write_line(f"    not graded, {r.points} pt: {r.name}: {r.reason}")
+                elif not (r.passed and "call" in r.seen):
                     reason = r.reason or "did not run"
                     if r.kind == "time limit":
                         reason = f"ran out of time, it did not fail: {reason} ({limits.HINT})"

@@ -408,7 +408,7 @@ def peers_answering() -> dict:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None  # None: all
 

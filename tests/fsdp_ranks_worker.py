@@ -11,14 +11,12 @@ forward, a block called twice, a buffer) is not MiniGPT at all. Writes ``OUTDIR/
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 import os
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard as fsdp2_shard
 
 from minigpt import grammar
@@ -91,7 +89,7 @@ def odd_against_fsdp2_and_one_process() -> dict:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     launcher.record(RESULTS, OUT, RANK, "minigpt", minigpt_against_fsdp2)
     launcher.record(RESULTS, OUT, RANK, "odd", odd_against_fsdp2_and_one_process)

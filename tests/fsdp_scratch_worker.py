@@ -465,7 +465,7 @@ def checkpoint_two_to_one(pair, alone, folder: str) -> dict:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None
 

@@ -31,6 +31,26 @@ def record(results: dict[str, dict], out: Path, rank: int, name: str, fn: Callab
     (out / f"rank{rank}.json").write_text(json.dumps(results))
 
 
+LATE_VARIABLE = "MINIGPT_LATE_RANK"
+CONNECT_EXIT = 3  # a worker that could not join the process group (tests/ranks.py: not graded)
+
+
+def join(timeout_s: float) -> None:
+    """For a worker rank: join the gloo group the launcher described, with the labs' own start-up
+    (:func:`minigpt.parallel.launch.connect`: a long wait for the other ranks, then ``timeout_s`` for
+    every collective). A rank that cannot connect in time says so in one line and exits
+    :data:`CONNECT_EXIT`: a busy machine, not the learner's code."""
+    from minigpt.parallel import launch
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    try:
+        launch.connect("gloo", rank, world, timeout_s)
+    except launch.ConnectTimeout as exc:
+        sys.stderr.write(f"[rank {rank}] error: {exc}\n")
+        sys.stderr.flush()
+        os._exit(CONNECT_EXIT)
+
+
 def ephemeral_ports() -> range:
     """The ports the kernel hands out to outgoing connections (Linux's default if unreadable)."""
     try:
@@ -65,7 +85,11 @@ def start_ranks(
     every rank still running at ``timeout_s`` is killed. Returns each rank's exit code and output."""
     port = free_port()
     procs = []
+    late = os.environ.get(LATE_VARIABLE, "")  # "RANK:SECONDS": start that rank late (a test of start-up)
+    late_rank, _, late_s = late.partition(":")
     for rank in range(world_size):
+        if late and rank == int(late_rank):
+            time.sleep(float(late_s))
         env = {
             **os.environ,
             "RANK": str(rank),

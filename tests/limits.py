@@ -14,21 +14,21 @@ VARIABLE = "MINIGPT_TIME_SCALE"
 
 
 def scale() -> float:
-    """The factor from the environment (1 when unset); a bad value is an error that says so."""
-    text = os.environ.get(VARIABLE, "1")
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{VARIABLE}={text!r}: give a positive number, e.g. 2")
-    return value
+    """The factor from the environment (1 when unset); a bad value is an error that says so
+    (:func:`minigpt.cli.time_scale`, which the labs' start-up timeout reads too)."""
+    from minigpt.cli import time_scale
+
+    return time_scale()
 
 
 def limit(seconds: float) -> float:
     """``seconds``, scaled by ``MINIGPT_TIME_SCALE``."""
     return seconds * scale()
 
+
+# the first words of a graded test's skip reason when its ranks could not connect within the start-up
+# timeout (tests/ranks.py): a busy machine, not the code under test; conftest.py loses no point for it
+NOT_GRADED = "not graded"
 
 HINT = (
     f"time limits are sized for a slow, busy laptop; if this machine is slower or busier, "

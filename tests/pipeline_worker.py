@@ -161,7 +161,7 @@ def deadlock(timeout_s: float) -> dict:
 def main() -> None:
     # the default group only lines the ranks up before each scenario: a rank stuck in a scenario's
     # receive until that group's timeout is waited for here, so the next scenario starts together
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(60)))
+    launcher.join(limit(60))
     torch.set_num_threads(1)
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None
 

@@ -22,7 +22,7 @@ import pytest
 
 from minigpt import impl
 from tests.launcher import ROOT, run_ranks
-from tests.limits import limit
+from tests.limits import NOT_GRADED, limit
 from tests.words import say
 
 SCENARIOS_VARIABLE = "MINIGPT_SCENARIOS"
@@ -176,6 +176,10 @@ def scenario(launch: Launch, name: str, rank: int) -> dict:
     time before it reported fails the test with the rank's own last error."""
     result = launch.results[rank].get(name) if rank < len(launch.results) else None
     if result is None:
+        stopped = launch.errors[rank] if rank < len(launch.errors) else ""
+        connect = re.search(r"could not connect to [^\n]*", stopped)
+        if connect:  # a busy machine, not the code under test: not graded, no point lost
+            pytest.skip(f"{NOT_GRADED}: rank {rank} {connect.group(0)}")
         raise AssertionError(
             say(
                 f"rank {rank} stopped before it reported {name!r}: ",

@@ -337,6 +337,22 @@ def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(monkeypatch, tmp_
     assert "MINIGPT_TIME_SCALE=3 make grade" in report.text, report.text
 
 
+def test_ranks_that_could_not_connect_lose_no_point(monkeypatch, tmp_path):
+    """A busy machine, not a mistake: rank 1 of Exercise 1.3's launch starts 8 s late, beyond a start-up
+    timeout of 3 s. Every test of the exercise is reported as not graded, with the line that says the
+    ranks could not connect and how to raise the limit, and none of its points is lost."""
+    folder = write_exercises(tmp_path / "written", {"1.3"})  # the reference's code, as the learner's
+    monkeypatch.setenv("MINIGPT_LATE_RANK", "1:8")
+    monkeypatch.setenv("MINIGPT_START_UP_TIMEOUT", "3")
+    report = grade(monkeypatch, folder, exercise="1.3")
+    assert report.results and all(r.kind == grader.NOT_GRADED for r in report.results), report.text
+    assert report.total == report.earned == 0 and lost(report) == {r.name: r.points for r in report.results}
+    assert "not graded (" in report.text and "pt, not lost)" in report.text, report.text
+    assert "could not connect to the other" in report.text and "raise --timeout or MINIGPT_TIME_SCALE" in report.text
+    assert "pt not graded: run again, e.g. make grade EX=1.3" in report.text, report.text
+    assert "−" not in report.text, report.text  # no "−N pt" line
+
+
 # ----------------------------------------------------------------------------------------------
 # the words: Spanish, the catalog, the stubs
 

@@ -238,3 +238,20 @@ def test_bad_input_under_torchrun_ends_with_our_line():
     lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().strip("=")]
     assert lines[-1].startswith("traceback : [rank ") and lines[-1].endswith(ours), lines[-12:]
     assert "Root Cause" in "\n".join(lines[-10:])
+
+
+def test_a_rank_that_starts_too_late_is_a_busy_machine_not_a_skipped_collective(monkeypatch):
+    """The process group's start-up has its own, longer timeout than the collectives
+    (minigpt.parallel.launch.start_up_timeout). Past it, the rank that waited says it could not connect,
+    how long it waited and what to raise, in one line; never that a peer skipped a collective."""
+    from tests.launcher import start_ranks
+
+    monkeypatch.setenv("MINIGPT_LATE_RANK", "1:7")
+    monkeypatch.setenv("MINIGPT_START_UP_TIMEOUT", "3")
+    done = start_ranks(["lab/01_ddp.py", "--steps", "2", *TINY], 2, limit(60))
+    assert done[0].returncode == 1, done[0].stderr[-2000:]
+    lines = [line for line in done[0].stderr.splitlines() if line.startswith("[rank 0] error:")]
+    assert len(lines) == 1, done[0].stderr[-2000:]
+    assert "could not connect to the other rank within 3 s" in lines[0], lines[0]
+    assert "the machine may be busy; raise --timeout or MINIGPT_TIME_SCALE" in lines[0], lines[0]
+    assert "collective" not in lines[0], lines[0]

@@ -231,7 +231,7 @@ def ring_against_full(group) -> dict:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None
 

@@ -10,7 +10,6 @@ from the same seeds, so the one-process reference is computed on every rank. Wri
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
@@ -171,7 +170,7 @@ def ring_against_full(dtype_name: str) -> dict:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     for dtype in DTYPES:
         launcher.record(RESULTS, OUT, RANK, f"tp-{dtype}", lambda d=dtype: tp_against_one_process(d))

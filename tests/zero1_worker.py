@@ -169,7 +169,7 @@ RUNS = (("all", "2.4"), ("all", "2.5"), ("some", "2.5"), ("some", "all"))
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=limit(30)))
+    launcher.join(limit(30))
     torch.set_num_threads(1)
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None  # None: all
     for size in (2, 3):

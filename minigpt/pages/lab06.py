@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from minigpt.pages import rulers
 from minigpt.pages.lang import num, pct, sci, table, tr, write_tables, yes
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
@@ -286,13 +287,13 @@ def mesh(r: dict, lang: str) -> str:
                 yes(d["bytes_per_dim"][dim] == d["bytes_model_per_dim"][dim] and d["bytes_constant_over_steps"], lang),
             ]
         )
-    one = d["one_step"]
+    one = d["rulers"]
     rows += [
         [
             f"{dptp_name}: " + tr(lang, "one step: logits / gradients, fp32", "un paso: logits / gradientes, fp32"),
-            f"{sci(one['max_logit_diff'], lang)} / {sci(one['max_grad_diff'], lang)}",
+            f"{sci(one['fp32_first_step_logit_diff'], lang)} / {sci(one['fp32_first_step_grad_diff'], lang)}",
             f"≤ {sci(DRIFT_BOUND, lang, 1)}",
-            yes(max(one["max_logit_diff"], one["max_grad_diff"]) <= DRIFT_BOUND, lang),
+            yes(max(one["fp32_first_step_logit_diff"], one["fp32_first_step_grad_diff"]) <= DRIFT_BOUND, lang),
         ],
         [
             f"{dptp_name}: "
@@ -302,8 +303,12 @@ def mesh(r: dict, lang: str) -> str:
                 f"deriva por paso frente a un proceso, fp32, {r['steps']} pasos",
             ),
             _drift(d["step_drift"], lang),
-            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
-            yes(d["step_drift"]["max"] <= DRIFT_BOUND, lang),
+            tr(
+                lang,
+                f"≤ {sci(DRIFT_BOUND, lang, 1)} or 2 × PyTorch's ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
+                f"≤ {sci(DRIFT_BOUND, lang, 1)} o 2 × la de PyTorch ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
+            ),
+            yes(d["step_drift"]["max"] <= max(DRIFT_BOUND, 2 * r["pytorch_fp32_max_step_drift"]), lang),
         ],
         [
             f"{dptp_name}: "
@@ -359,11 +364,16 @@ def batch(r: dict, lang: str) -> str:
     return table(head, rows)
 
 
+def checked(r: dict, lang: str) -> str:
+    """The check's rulers (:mod:`minigpt.pages.rulers`)."""
+    return rulers.table(r, lang) + _measured(r, lang)
+
+
 def fragment(report: dict, lang: str) -> str:
     if is_mesh(report):
-        sections = {"mesh": mesh, "batch": batch}
+        sections = {"mesh": mesh, "batch": batch, "rulers": checked}
     else:
-        sections = {"proofs": proofs, "bubble": bubble, "chart": chart}
+        sections = {"proofs": proofs, "bubble": bubble, "chart": chart, "rulers": checked}
     return "".join(
         f"<!-- --8<-- [start:{name}] -->\n{section(report, lang)}<!-- --8<-- [end:{name}] -->\n"
         for name, section in sections.items()

@@ -103,13 +103,13 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
     if world_size > 1 or "RANK" in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-        _start_group(
-            backend,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-            **({"device_id": device} if backend == "nccl" else {}),
-        )
+        try:
+            connect(backend, rank, world_size, timeout_s, **({"device_id": device} if backend == "nccl" else {}))
+        except ConnectTimeout as exc:
+            line = f"[rank {rank}] error: {exc}"
+            cli.say_on_stderr(line)
+            cli.tell_torchrun(line)
+            raise SystemExit(1) from None
         _note_peers(rank, world_size)
     else:  # plain python: a world of one over a private store, so collectives still work
         # a FileStore (a file in the temporary folder, removed with the group): it exists on every
@@ -123,6 +123,53 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> Di
     if world_size > 1:
         signal.signal(signal.SIGTERM, _stopped_by_launcher)
     return ctx
+
+
+START_UP_S = 120.0  # how long a rank waits for the others to join the group (see start_up_timeout)
+START_UP_VARIABLE = "MINIGPT_START_UP_TIMEOUT"  # seconds: overrides the start-up timeout (a test sets it short)
+
+
+class ConnectTimeout(RuntimeError):
+    """The process group could not start: a rank did not join within the start-up timeout."""
+
+
+def start_up_timeout(timeout_s: float) -> float:
+    """Seconds a rank waits for every other rank to join the process group: its own, longer timeout
+    than the collectives', since a rank starts only once it has imported torch and built what it
+    needs, and on a busy laptop that alone can take a minute. ``START_UP_S`` (or the collective
+    timeout, if longer) times ``MINIGPT_TIME_SCALE``; ``MINIGPT_START_UP_TIMEOUT`` sets it outright."""
+    if os.environ.get(START_UP_VARIABLE):
+        text = os.environ[START_UP_VARIABLE]
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise ValueError(f"{START_UP_VARIABLE}={text!r}: give a positive number of seconds, e.g. 120")
+        return value
+    return max(START_UP_S, timeout_s) * cli.time_scale()
+
+
+def connect(backend: str, rank: int, world_size: int, timeout_s: float, **kwargs) -> None:
+    """``dist.init_process_group`` with the start-up timeout (:func:`start_up_timeout`), then the
+    collective timeout ``timeout_s`` for everything the group does afterwards. A rank that does not
+    join in time ends in :class:`ConnectTimeout`, whose message says so: a busy machine, not a rank
+    that skipped a collective (the test workers call this too)."""
+    start_up = start_up_timeout(timeout_s)
+    try:
+        _start_group(backend, rank, world_size=world_size, timeout=datetime.timedelta(seconds=start_up), **kwargs)
+    except (RuntimeError, ValueError) as exc:
+        text = " ".join(str(exc).split())
+        if not re.search(r"timed? ?out|timeout", text, re.IGNORECASE):
+            raise
+        joined = re.search(r"(\d+)/(\d+) clients joined", text)
+        who = f" ({joined.group(1)} of {joined.group(2)} joined)" if joined else ""
+        raise ConnectTimeout(
+            f"could not connect to {'the other rank' if world_size == 2 else f'the other {world_size - 1} ranks'} within "
+            f"{start_up:g} s{who}: the machine may be busy; raise --timeout or {cli.TIME_SCALE_VARIABLE} "
+            f"(e.g. {cli.TIME_SCALE_VARIABLE}=3). gloo said: {text[:160]}"
+        ) from None
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
 def _start_group(backend: str, rank: int, **kwargs) -> None:

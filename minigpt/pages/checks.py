@@ -1,0 +1,98 @@
+"""The tables of the checks themselves, in English and Spanish, one section per lab
+(``--8<-- "lab/results/checks-times-cpu-en.txt:04"``): how long each default ``--check`` takes, and
+its rulers under each kernel set. From the JSON of :mod:`minigpt.runners.checks`.
+
+    python -m minigpt.runners.checks times --render lab/results/checks-times-cpu.json
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minigpt.pages.lang import num, sci, table, tr, write_tables
+
+KERNEL_SET_NAMES = {
+    "avx512": "avx512, AVX512, AVX512_CORE",
+    "avx2": "avx2, AVX2, AVX2",
+    "baseline": "default, SSE4_2, SSE41",
+}
+
+
+def _seconds(s: float, lang: str) -> str:
+    minutes, rest = divmod(round(s), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def _machine(result: dict, lang: str) -> str:
+    m = result["machine"]
+    return tr(
+        lang,
+        f"\nMeasured {m['date']} on {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}.\n",
+        f"\nMedido el {m['date']} en {m['cpu_model']}, {m['cores']} núcleos, Python {m['python']}, torch {m['torch']}.\n",
+    )
+
+
+def times(result: dict, rows: list[dict], lang: str) -> str:
+    body = [
+        [
+            f"`{r['command']}`",
+            num(r["ranks"], lang),
+            _seconds(r["median_seconds"], lang),
+            " · ".join(_seconds(x["seconds"], lang) for x in r["runs"]),
+            tr(lang, "yes", "sí") if all(x["exit"] == 0 for x in r["runs"]) else tr(lang, "**no**", "**no**"),
+        ]
+        for r in rows
+    ]
+    head = [
+        tr(lang, "default check (torchrun --standalone)", "comprobación por defecto (torchrun --standalone)"),
+        tr(lang, "ranks", "ranks"),
+        tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
+        tr(lang, "each run", "cada ejecución"),
+        tr(lang, "passed", "pasó"),
+    ]
+    return table(head, body, left=1) + _machine(result, lang)
+
+
+def kernel_sets(result: dict, rows: list[dict], lang: str) -> str:
+    def value(x) -> str:
+        return "—" if x is None else ("0" if x == 0 else sci(x, lang))
+
+    body = [
+        [
+            f"`{r['command']}`",
+            num(r["ranks"], lang),
+            KERNEL_SET_NAMES[r["kernel_set"]],
+            "PASS" if r["criterion_pass"] else "FAIL " + ", ".join(r["broken_rulers"]),
+            value(r["fp64_max_step_drift"]),
+            f"{value(r['fp32_first_step_logit_diff'])} / {value(r['fp32_first_step_grad_diff'])}",
+            value(r["fp32_max_step_drift"]),
+            value(r["pytorch_max_diff"]),
+        ]
+        for r in rows
+    ]
+    head = [
+        tr(lang, "default check", "comprobación por defecto"),
+        tr(lang, "ranks", "ranks"),
+        tr(lang, "kernel set (ATen, MKL, oneDNN)", "conjunto de kernels (ATen, MKL, oneDNN)"),
+        tr(lang, "verdict", "veredicto"),
+        tr(lang, "float64 step drift", "deriva por paso en float64"),
+        tr(lang, "first step: logits / gradients", "primer paso: logits / gradientes"),
+        tr(lang, "float32 step drift", "deriva por paso en float32"),
+        tr(lang, "difference from PyTorch's", "diferencia con la de PyTorch"),
+    ]
+    return table(head, body, left=3) + _machine(result, lang)
+
+
+def fragment(result: dict, lang: str) -> str:
+    section = times if result["what"] == "times" else kernel_sets
+    labs = sorted({r["lab"] for r in result["rows"]})
+    return "".join(
+        f"<!-- --8<-- [start:{lab}] -->\n{section(result, [r for r in result['rows'] if r['lab'] == lab], lang)}"
+        f"<!-- --8<-- [end:{lab}] -->\n"
+        for lab in labs
+    )
+
+
+def render(json_path: str | Path) -> list[Path]:
+    """``checks-<what>-cpu.json`` -> its ``-en.txt`` and ``-es.txt``."""
+    return write_tables(json_path, fragment)
