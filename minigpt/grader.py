@@ -16,6 +16,10 @@ they are ``make test``'s, against the reference.
 
 In a notebook: ``grade("1.1")`` prints the same report for one exercise and returns it.
 
+A report saved with ``--save FILE`` can be shown again, exercise by exercise, without running anything:
+with ``MINIGPT_GRADES=FILE`` set, ``grade()`` takes the results of the same implementation and folder
+from it (the test suite grades each lab once and lets the notebooks' grade cells read it).
+
 The report's words come from ``minigpt/exercises.toml`` (titles, and the stubs' task lines in
 both languages) and from the tests' own messages (``tests/words.py``). Exit status: 0 when the
 grading ran (whatever the score), 1 when it could not run, 2 for a bad option.
@@ -44,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOG = Path(__file__).resolve().parent / "exercises.toml"
 LANGS = ("en", "es")
 LANG_VARIABLE = "MINIGPT_LANG"  # what the tests read (tests/words.py)
+SAVED_VARIABLE = "MINIGPT_GRADES"  # a report saved with --save: grade() shows its results instead of grading
 
 WORDS = {
     "en": {
@@ -231,10 +236,41 @@ def grade(
     return _grade(exercise, lab, impl or "exercises", language(lang), details, show)
 
 
+def save(report: Report, path: str | Path) -> None:
+    """Write ``report``'s results, for ``MINIGPT_GRADES`` to show them again."""
+    rows = [{k: getattr(r, k) for k in Result.__dataclass_fields__} for r in report.results]
+    data = {"impl": report.impl, "where": report.where, "seconds": report.seconds, "results": rows}
+    Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def _saved(exercise: str | None, lab: str | None, impl_name: str) -> list[Result] | None:
+    """The results ``MINIGPT_GRADES`` holds for this exercise or lab, graded with the same implementation
+    from the same folder (None: grade for real)."""
+    path = os.environ.get(SAVED_VARIABLE)
+    if not path or not Path(path).is_file():
+        return None
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if data["impl"] != impl_name or data["where"] != _where(impl_name):
+        return None
+    found = [
+        Result(**row)
+        for row in data["results"]
+        if (exercise is None or row["exercise"] == exercise) and (lab is None or row["lab"] == lab)
+    ]
+    return found or None
+
+
 def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, details: bool, show: bool) -> Report:
     labs = sorted(catalog()["labs"])
     if exercise is not None and exercise != "all":
         lab = "0" + exercise.split(".")[0]
+    saved = _saved(exercise, lab, impl_name)
+    if saved is not None:
+        report = Report(saved, 0.0, lang, impl_name, _where(impl_name))
+        report.text = render(report)
+        if show:
+            print(report.text, flush=True)
+        return report
     files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else labs)]
     env = {**os.environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
@@ -275,13 +311,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impl", choices=impl.IMPLS, default="exercises", help="whose code (default: yours)")
     parser.add_argument("--lang", help="en or es (default: MINIGPT_LANG, then LANG, then en)")
     parser.add_argument("--details", action="store_true", help="pytest's own output too, tracebacks included")
+    parser.add_argument("--save", metavar="FILE", help="also write the results here (MINIGPT_GRADES shows them again)")
     args = parser.parse_args(argv)
     if args.lang is not None and args.lang.strip().lower()[:2] not in LANGS:
         return cli.refuse(parser.name, f"--lang {args.lang}: choose en or es")
     if args.exercise not in (None, "all") and args.lab and args.exercise.split(".")[0] != str(int(args.lab)):
         return cli.refuse(parser.name, f"--exercise {args.exercise} is not in --lab {args.lab}")
+    if args.save:
+        try:
+            cli.output_file(args.save, "--save")
+        except ValueError as exc:
+            return cli.refuse(parser.name, str(exc))
     try:
-        grade(args.exercise, lab=args.lab, impl=args.impl, lang=args.lang, details=args.details)
+        report = grade(args.exercise, lab=args.lab, impl=args.impl, lang=args.lang, details=args.details)
+        if args.save:
+            save(report, args.save)
     except GradingError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -34,8 +34,9 @@ from tests.limits import NOT_GRADED, limit
 from tests.words import say
 
 pytest_plugins = [
-    "tests.ranks"
-]  # the launches of Labs 01, 02, 04, 05, 06 (ranks, zero1, fsdp_scratch, tp_scratch, pipeline_scratch)
+    "tests.ranks",  # the launches of Labs 01, 02, 04, 05, 06 (ranks, zero1, fsdp_scratch, tp_scratch, pipeline_scratch)
+    "tests.grading",  # the grader's two whole runs (reference_graded, stubs_graded)
+]
 
 LAB_TITLES = {lab: titles["en"] for lab, titles in grader.catalog()["labs"].items()}  # minigpt/exercises.toml
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from minigpt import grader, impl
+from tests.grading import write_exercises
 from tests.limits import HINT, limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,31 +83,12 @@ def by_exercise(report: grader.Report) -> dict[str, tuple[int, int]]:
     return out
 
 
-def write_exercises(folder: Path, written: set[str]) -> Path:
-    """The untouched stubs, copied into ``folder``, with the exercises in ``written`` done: each of
-    their names (a function, or a method of the learner's class) set to the reference's."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for module in impl.REFERENCE:
-        lines = [(impl.EXERCISES_DIR / f"{module}.py").read_text(), "", "from minigpt import impl as _impl", ""]
-        for exercise, (owner, names) in impl.EXERCISES.items():
-            if owner != module or exercise not in written:
-                continue
-            for name in names:
-                if "." in name:
-                    cls, method = name.split(".")
-                    lines.append(f"{cls}.{method} = vars(_impl.reference({module!r}, {cls!r}))[{method!r}]")
-                else:
-                    lines.append(f"{name} = _impl.reference({module!r}, {name!r})")
-        (folder / f"{module}.py").write_text("\n".join(lines) + "\n")
-    return folder
-
-
 # ----------------------------------------------------------------------------------------------
 # full marks, zero, one exercise at a time
 
 
-def test_the_reference_written_into_the_exercises_scores_full_marks(monkeypatch, tmp_path):
-    report = grade(monkeypatch, write_exercises(tmp_path / "all", set(impl.EXERCISES)))
+def test_the_reference_written_into_the_exercises_scores_full_marks(reference_graded):
+    report = reference_graded.report
     assert report.earned == report.total, report.text
     for lab in LABS:
         assert sum(r.points for r in report.results if r.lab == lab) == lab_points(lab) > 0, lab
@@ -116,8 +98,8 @@ def test_the_reference_written_into_the_exercises_scores_full_marks(monkeypatch,
     assert all(line.endswith("full marks") for line in exercise_lines), report.text
 
 
-def test_untouched_stubs_score_zero_quickly_each_with_its_task(monkeypatch):
-    report = grade(monkeypatch)
+def test_untouched_stubs_score_zero_quickly_each_with_its_task(stubs_graded):
+    report = stubs_graded.report
     assert report.earned == 0 and report.total == sum(lab_points(lab) for lab in LABS), report.text
     for r in report.results:
         assert r.kind == "not written", f"{r.name}: {r.kind}: {r.reason}"

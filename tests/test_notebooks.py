@@ -9,10 +9,12 @@ What is checked:
 * every exercise of the lab (every ``Exercise N.M`` its stubs in ``lab/exercises/`` raise) has a
   "your turn" cell, then a cell that grades it, and the first code cell runs the learner's code
   unless ``MINIGPT_IMPL`` says otherwise;
-* every English notebook runs top to bottom in a fresh kernel with the reference (every exercise at
-  full marks) and with the untouched stubs (every exercise at 0, every "your turn" cell says in one
-  line that its exercise is not written yet, no traceback anywhere); every Spanish twin runs with
-  the stubs.
+* every English notebook runs top to bottom in a fresh kernel with the reference written into the
+  exercise files (every exercise at full marks), and every Spanish twin with the untouched stubs (every
+  exercise at 0, every "your turn" cell says in one line, in Spanish, that its exercise is not written
+  yet, no traceback anywhere). The twins' code is the same (checked above), so each path runs once.
+  Each lab is graded once per implementation in the whole suite (tests/grading.py: the grader's
+  proofs); the grade cells show those results exercise by exercise (``MINIGPT_GRADES``).
 
 The notebooks mark their cells with tags (cell metadata): ``your-turn`` or ``grade``, and
 ``exercise-N.M``. Their last code cell prints one line per graded exercise: ``  N.M  earned/total``.
@@ -30,7 +32,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from minigpt import impl
+from minigpt import grader, impl
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,11 +150,18 @@ def test_every_exercise_has_a_your_turn_cell_then_a_grade_cell(path):
 # Running them
 
 
-def run(path: Path, implementation: str, monkeypatch, tmp_path: Path) -> nbformat.NotebookNode:
-    """``path`` executed in a fresh kernel with ``MINIGPT_IMPL=implementation`` (the kernel inherits
-    this process's environment); fails on the first cell that raises."""
-    monkeypatch.setenv(impl.ENV_VAR, implementation)
+def run(path: Path, graded, monkeypatch, tmp_path: Path) -> nbformat.NotebookNode:
+    """``path`` executed in a fresh kernel on the learner's path (``MINIGPT_IMPL=exercises``), with the
+    exercise files and the saved grades of ``graded`` (tests/grading.py; the kernel inherits this
+    process's environment); fails on the first cell that raises."""
+    monkeypatch.setenv(impl.ENV_VAR, "exercises")
     monkeypatch.delenv(impl.ONLY_ENV_VAR, raising=False)
+    if graded.folder is None:
+        monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(impl.DIR_ENV_VAR, str(graded.folder))
+    monkeypatch.setenv(grader.SAVED_VARIABLE, str(graded.saved))
+    implementation = "the stubs" if graded.folder is None else "the reference written into the exercises"
     notebook = read(path)
     start = time.perf_counter()
     NotebookClient(
@@ -182,30 +191,51 @@ def scores(notebook, name: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-@pytest.mark.parametrize("implementation", ["reference", "exercises"])
 @pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
-def test_english_notebook_runs_top_to_bottom(path, implementation, monkeypatch, tmp_path):
-    notebook = run(path, implementation, monkeypatch, tmp_path)
+def test_english_notebook_runs_top_to_bottom(path, reference_graded, monkeypatch, tmp_path):
+    notebook = run(path, reference_graded, monkeypatch, tmp_path)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
     assert ordered(found) == exercises_of(path), "one score line per exercise of the lab"
     assert all(total > 0 for _, total in found.values())
+    assert all(earned == total for earned, total in found.values()), f"the reference lost points: {found}"
     your_turn = [c for c in notebook.cells if "your-turn" in tags(c)]
-    if implementation == "reference":
-        assert all(earned == total for earned, total in found.values()), f"the reference lost points: {found}"
-        silent = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] in text(c)]
-        assert not silent, f"with the reference, your-turn cells said 'not written yet': {silent}"
-    else:
-        assert all(earned == 0 for earned, _ in found.values()), f"the untouched stubs earned points: {found}"
-        quiet = {c.source.splitlines()[0]: text(c)[-800:] for c in your_turn if NOT_WRITTEN["en"] not in text(c)}
-        assert not quiet, (
-            f"your-turn cells that did not say their exercise is not written yet (what they printed): {quiet}"
-        )
+    silent = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] in text(c)]
+    assert not silent, f"with the reference, your-turn cells said 'not written yet': {silent}"
+
+
+def literals(source: str) -> list[str]:
+    """The string literals of a cell's code (an f-string as its source text)."""
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING or tok.type == getattr(tokenize, "FSTRING_MIDDLE", None):
+            found.append(tok.string)
+    return found
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
+def test_english_notebook_says_not_written_in_english(path):
+    """The English run above meets no stub; its Spanish twin meets every one through the same code (its
+    cells' code is the English one, token for token, strings aside). What only the strings decide is
+    the line a stub prints: every English line that says "not written yet" is, in the same cell of the
+    twin, one that says "sin escribir todavía", and the English notebook grades in English."""
+    english, twin = read(path).cells, read(spanish(path)).cells
+    first = next(c for c in english if c.cell_type == "code").source
+    assert 'LANG = "en"' in first, "the English notebook grades in English"
+    said = 0
+    for i, (en, es) in enumerate(zip(english, twin)):
+        if en.cell_type != "code":
+            continue
+        n_en = sum("not written yet: " in x for x in literals(en.source))
+        n_es = sum("sin escribir todavía: " in x for x in literals(es.source))
+        assert n_en == n_es, f"cell {i}: {n_en} English 'not written yet' lines, {n_es} Spanish ones"
+        said += n_en
+    assert said > 0, "no cell of the notebook says 'not written yet'"
 
 
 @pytest.mark.parametrize("path", [spanish(p) for p in ENGLISH], ids=lambda p: p.name)
-def test_spanish_notebook_runs_with_the_stubs(path, monkeypatch, tmp_path):
-    notebook = run(path, "exercises", monkeypatch, tmp_path)
+def test_spanish_notebook_runs_with_the_stubs(path, stubs_graded, monkeypatch, tmp_path):
+    notebook = run(path, stubs_graded, monkeypatch, tmp_path)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
     assert ordered(found) == exercises_of(path) and all(earned == 0 for earned, _ in found.values())

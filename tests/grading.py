@@ -1,0 +1,66 @@
+"""The grader's two whole runs, once per session (registered by ``conftest.py``): every lab graded with
+the reference written into the exercise files (full marks) and with the untouched stubs (zero).
+
+Both are proofs of the grader (tests/test_grader.py reads them) and both are saved
+(``python -m minigpt.grader --save``): the notebooks' grade cells show these results exercise by
+exercise (``MINIGPT_GRADES``, tests/test_notebooks.py) instead of grading each exercise again, so
+every lab is graded once per implementation in the whole suite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minigpt import grader, impl
+
+
+def write_exercises(folder: Path, written: set[str]) -> Path:
+    """The untouched stubs, copied into ``folder``, with the exercises in ``written`` done: each of
+    their names (a function, or a method of the learner's class) set to the reference's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for module in impl.REFERENCE:
+        lines = [(impl.EXERCISES_DIR / f"{module}.py").read_text(), "", "from minigpt import impl as _impl", ""]
+        for exercise, (owner, names) in impl.EXERCISES.items():
+            if owner != module or exercise not in written:
+                continue
+            for name in names:
+                if "." in name:
+                    cls, method = name.split(".")
+                    lines.append(f"{cls}.{method} = vars(_impl.reference({module!r}, {cls!r}))[{method!r}]")
+                else:
+                    lines.append(f"{name} = _impl.reference({module!r}, {name!r})")
+        (folder / f"{module}.py").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+class Graded:
+    """One whole grading: its report, the exercises folder it graded, and the saved results."""
+
+    def __init__(self, folder: Path | None, saved: Path):
+        mp = pytest.MonkeyPatch()
+        if folder is None:
+            mp.delenv(impl.DIR_ENV_VAR, raising=False)
+        else:
+            mp.setenv(impl.DIR_ENV_VAR, str(folder))
+        mp.delenv(grader.SAVED_VARIABLE, raising=False)
+        try:
+            self.report = grader.grade(impl="exercises", show=False, lang="en")
+        finally:
+            mp.undo()
+        self.folder, self.saved = folder, saved
+        grader.save(self.report, saved)
+
+
+@pytest.fixture(scope="session")
+def reference_graded(tmp_path_factory) -> Graded:
+    """Every lab, the reference written into the exercise files (``--impl exercises``)."""
+    root = tmp_path_factory.mktemp("reference-graded")
+    return Graded(write_exercises(root / "exercises", set(impl.EXERCISES)), root / "grades.json")
+
+
+@pytest.fixture(scope="session")
+def stubs_graded(tmp_path_factory) -> Graded:
+    """Every lab, the untouched stubs of ``lab/exercises/``."""
+    return Graded(None, tmp_path_factory.mktemp("stubs-graded") / "grades.json")
