@@ -13,11 +13,13 @@ each one the fused weight's block of rows), each cut by columns, and the attenti
 of heads from the slice it holds. In one process, splitting the fused layer changes nothing but the
 order of a few float32 additions: the lab measures that too, as a control.
 
-What is cut: in every block q, k, v and the MLP's ``fc`` by columns, attention's and the MLP's
-``proj`` by rows. The embeddings, the tied output layer and the layer norms stay whole on every
-rank (our version also cuts the vocabulary; PyTorch's vocabulary-parallel loss needs its own
-``loss_parallel`` context and a tied DTensor pair, which this comparison leaves out: the one-step
-logits show what that costs, nothing).
+What is cut, as our version cuts it: in every block q, k, v and the MLP's ``fc`` by columns,
+attention's and the MLP's ``proj`` by rows; and the vocabulary (:func:`cut_vocabulary`): the token
+embedding by rows (``RowwiseParallel``: each rank looks up the tokens of its rows, an all-reduce
+adds), the tied output layer with the same sharded matrix, its logits left cut by vocabulary, and
+the loss computed on them by PyTorch's ``loss_parallel`` (each rank's share of the softmax, as our
+vocabulary-parallel cross-entropy does). The position embedding and the layer norms stay whole.
+A vocabulary of 609 rows is cut unevenly (305 and 304 on two ranks); ours pads it to 610.
 """
 
 from __future__ import annotations
@@ -68,14 +70,47 @@ def split_qkv(model: MiniGPT) -> MiniGPT:
     return split
 
 
-def parallelize(model: MiniGPT, mesh) -> MiniGPT:
-    """``parallelize_module`` with the Megatron plan on every block of a split-qkv MiniGPT."""
+def parallelize(model: MiniGPT, mesh, vocabulary: bool = False) -> MiniGPT:
+    """``parallelize_module`` with the Megatron plan on every block of a split-qkv MiniGPT; with
+    ``vocabulary``, the vocabulary cut too (:func:`cut_vocabulary`)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = {f"attn.{n}": ColwiseParallel() for n in SPLIT}
     plan.update({"attn.proj": RowwiseParallel(), "mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()})
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
+    return cut_vocabulary(model, mesh) if vocabulary else model
+
+
+def cut_vocabulary(model: MiniGPT, mesh) -> MiniGPT:
+    """The token embedding cut by vocabulary rows over ``mesh``, the output layer tied to the same
+    sharded matrix (its input made a replicated DTensor, so its logits come out cut by vocabulary),
+    and the model's loss computed on those cut logits: run its forward and backward under
+    ``torch.distributed.tensor.parallel.loss_parallel()``."""
+    import types
+
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel import PrepareModuleInput, RowwiseParallel, parallelize_module
+
+    parallelize_module(model, mesh, {"wte": RowwiseParallel(input_layouts=Replicate())})
+    model.lm_head.weight = model.wte.weight  # still tied: one sharded matrix, used twice
+    layout = PrepareModuleInput(input_layouts=Replicate(), desired_input_layouts=Replicate(), use_local_output=False)
+    parallelize_module(model, mesh, {"lm_head": layout})
+    forward = model.forward
+
+    def vocabulary_parallel_forward(self, idx, targets=None, loss_mask=None):
+        logits, _ = forward(idx)  # (B, T, V) cut by vocabulary: a DTensor sharded on its last dim
+        if targets is None:
+            return logits, None
+        mask = torch.ones_like(targets, dtype=torch.bool) if loss_mask is None else loss_mask
+        per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # replicated
+        weights = mask.to(per_token.dtype)
+        local = [weights.flatten(), weights.sum(dim=1).clamp(min=1)]
+        flat, counts = (DTensor.from_local(t, mesh, [Replicate()]) for t in local)
+        per_row = (per_token * flat).view(targets.shape).sum(dim=1) / counts  # masked_loss, sentence by sentence
+        return logits, per_row.mean()
+
+    model.forward = types.MethodType(vocabulary_parallel_forward, model)
     return model
 
 
