@@ -264,19 +264,28 @@ def torch_pipelining(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: i
 
 
 def bubble(cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batches: list[int]) -> dict:
-    """For each m: the median over a few steps of the measured idle share, and the model's."""
+    """For each m: the median over a few steps of the measured idle share, and the model's; and the
+    timeline of the median step (every stage's operations, seconds from the step's common start: the
+    figures of the page draw them)."""
     out = {}
     for m in micro_batches:
         pipe = Pipeline(cfg, ctx, schedule, m)
-        values = []
+        steps = []
         for repeat in range(BUBBLE_REPEATS + 1):
             record = pipe.forward_backward(repeat)
             pipe.optimizer.zero_grad(set_to_none=True)
             records = [None] * ctx.world_size
             dist.all_gather_object(records, record)
             if repeat:  # the first step warms the allocator and the connections up
-                values.append(bubble_fraction(records))
-        out[str(m)] = {"measured": statistics.median(values), "model": za.bubble_fraction(ctx.world_size, m)}
+                steps.append((bubble_fraction(records), records))
+        steps.sort(key=lambda found: found[0])
+        median, records = steps[len(steps) // 2]
+        out[str(m)] = {
+            "measured": median,
+            "model": za.bubble_fraction(ctx.world_size, m),
+            "timeline": [[[k, i, round(a, 6), round(b, 6)] for k, i, a, b in r.ops] for r in records],
+            "waited_s": [round(r.waited_s, 6) for r in records],
+        }
     return out
 
 
