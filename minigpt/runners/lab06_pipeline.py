@@ -29,7 +29,6 @@ Every rank builds the same MiniGPT from ``--seed`` and keeps its stage
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from dataclasses import replace
