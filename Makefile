@@ -15,11 +15,12 @@ TORCH_INDEX ?=
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser check-pins demo train tutor lint format test grade notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
 	@echo "make test    install (once; Debian's chromium too, for the browser test), make lint, then the whole test suite"
+	@echo "make test-fast  the quick loop for contributors: unit and page tests only, about a minute"
 	@echo "make lint    ruff check and ruff format --check, with the rules in pyproject.toml (make format fixes what it can)"
 	@echo "make grade   score your own exercises (lab/exercises/): per exercise, one line per lost point"
 	@echo "             EX=1.3 one exercise · LAB=01 one lab · LANG=es en español · DETAILS=1 tracebacks too"

@@ -64,17 +64,23 @@ PEERS_GRACE_S = 2.0  # under torchrun, how long a refusing rank waits for its pe
 TIME_SCALE_VARIABLE = "MINIGPT_TIME_SCALE"
 
 
-def time_scale() -> float:
-    """The factor every time limit of the course is multiplied by (``MINIGPT_TIME_SCALE``, 1 when
-    unset): a slow or busy machine raises them all at once. A bad value is a ValueError that says so."""
-    text = os.environ.get(TIME_SCALE_VARIABLE, "1")
+def positive_from_env(name: str, default: float, example: str) -> float:
+    """The positive, finite number the environment variable ``name`` holds (``default`` when unset), or
+    a ValueError that names the variable, its value and an ``example`` of a valid one."""
+    text = os.environ.get(name) or str(default)
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise ValueError(f"{TIME_SCALE_VARIABLE}={text!r}: give a positive number, e.g. 2")
+        raise ValueError(f"{name}={text!r}: give a positive number, e.g. {example}")
     return value
+
+
+def time_scale() -> float:
+    """The factor every time limit of the course is multiplied by (``MINIGPT_TIME_SCALE``, 1 when
+    unset): a slow or busy machine raises them all at once. A bad value is a ValueError that says so."""
+    return positive_from_env(TIME_SCALE_VARIABLE, 1, "2")
 
 
 class BadInput(ValueError):

@@ -57,9 +57,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grade-report", default=None, help="write the graded tests' results to this JSON file")
 
 
+# The contributor's quick loop (make test-fast, pytest -m "not slow") leaves out every test that starts
+# processes or trains a model: the modules below, and any test that uses a session launch. What is
+# left is the unit tests of the package and the page tests. (CONTRIBUTING: "The suite's time".)
+SLOW_MODULES = {
+    "test_bad_input",  # a few rows under a real torchrun
+    "test_checkpoints",
+    "test_kernel_sets",
+    "test_lab01",
+    "test_lab01_reference",
+    "test_lab01_script",
+    "test_lab02_crosscheck",
+    "test_lab03_practice",
+    "test_lab03_run",
+    "test_lab04_reference",
+    "test_lab05_scripts",
+    "test_lab06_mesh_script",
+    "test_lab06_pipeline_script",
+    "test_notebooks",
+    "test_platforms",
+    "test_proof",
+    "test_site",
+    "test_train",
+    "test_grader",
+}
+SLOW_FIXTURES = {"ranks", "zero1", "fsdp_scratch", "tp_scratch", "pipeline_scratch", "more_ranks", "default_run"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep one exercise's graded tests when ``--exercise`` asks for it; scale every test's time
-    limit (its ``timeout`` marker, or the ini's) by MINIGPT_TIME_SCALE."""
+    """Mark the slow tests; keep one exercise's graded tests when ``--exercise`` asks for it; scale
+    every test's time limit (its ``timeout`` marker, or the ini's) by MINIGPT_TIME_SCALE."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     wanted = config.getoption("--exercise")
     if wanted is not None:
         if wanted not in (*impl_switch.EXERCISES, "all"):
@@ -85,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): a graded test worth n points")
     config.addinivalue_line("markers", "lab(id): the lab a graded test belongs to, e.g. '00'")
     config.addinivalue_line("markers", "exercise(n): the exercise a graded test is for, e.g. '1.3', or 'all'")
+    config.addinivalue_line("markers", "slow: starts processes or trains a model (make test-fast leaves it out)")
     config.stash[_SCORES] = {}
     config.stash[_SKIPPED] = []
 

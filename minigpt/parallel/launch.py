@@ -139,14 +139,7 @@ def start_up_timeout(timeout_s: float) -> float:
     needs, and on a busy laptop that alone can take a minute. ``START_UP_S`` (or the collective
     timeout, if longer) times ``MINIGPT_TIME_SCALE``; ``MINIGPT_START_UP_TIMEOUT`` sets it outright."""
     if os.environ.get(START_UP_VARIABLE):
-        text = os.environ[START_UP_VARIABLE]
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value < float("inf"):
-            raise ValueError(f"{START_UP_VARIABLE}={text!r}: give a positive number of seconds, e.g. 120")
-        return value
+        return cli.positive_from_env(START_UP_VARIABLE, START_UP_S, "120 (seconds)")
     return max(START_UP_S, timeout_s) * cli.time_scale()
 
 

@@ -117,6 +117,23 @@ def whole(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).clone()
 
 
+def data_parallel_first_step(forward, grads, cfg: TrainConfig, ctx) -> FirstStep:
+    """:meth:`System.first_step` of a data-parallel system: step 0's forward and backward on this
+    rank's rows. ``forward(x, y, mask)`` returns ``(logits, loss)``; ``grads()`` the whole gradients
+    by name once backward is done (averaged over the ranks: what the system's backward leaves)."""
+    batch = grammar.get_batch(
+        "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
+    )
+    logits, loss = forward(*(t.to(ctx.device) for t in batch))
+    loss.backward()
+    return FirstStep(grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size), whole(logits), grads())
+
+
+def named_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient by name (a DTensor's gathered whole), for :func:`data_parallel_first_step`."""
+    return {n: whole(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+
+
 def plain_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> State:
     """The :data:`State` of a model every rank holds whole (DDP), or as DTensors (FSDP2, which are
     gathered: a collective), with its optimizer's moments by parameter name (copies: the optimizer
@@ -133,18 +150,27 @@ def plain_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Sta
     return state
 
 
-def run_norm_capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], torch.Tensor | None]:
-    """Make ``optimizer`` clip as :func:`minigpt.train.train_step` does by itself
-    (``clip_grad_norm_`` over the model's parameters) and keep the norm; returns the getter of the
-    last norm (for a :class:`System` whose ranks hold the whole, averaged gradient)."""
+def clip_capture(
+    optimizer: torch.optim.Optimizer, clip: Callable[[float], torch.Tensor]
+) -> Callable[[], torch.Tensor | None]:
+    """Make ``optimizer`` clip with ``clip(max_norm)`` (which returns the global norm;
+    :func:`minigpt.train.train_step` asks the optimizer first) and keep the norm; returns the getter of
+    the last one, for :meth:`System.train_step` to return."""
     last: list[torch.Tensor | None] = [None]
 
-    def clip(max_norm: float) -> torch.Tensor:
-        last[0] = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    def clip_and_keep(max_norm: float) -> torch.Tensor:
+        last[0] = clip(max_norm)
         return last[0]
 
-    optimizer.clip_grad_norm_ = clip
+    optimizer.clip_grad_norm_ = clip_and_keep
     return lambda: last[0]
+
+
+def run_norm_capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], torch.Tensor | None]:
+    """:func:`clip_capture` with what :func:`minigpt.train.train_step` does by itself
+    (``clip_grad_norm_`` over the model's parameters), for a :class:`System` whose ranks hold the
+    whole, averaged gradient."""
+    return clip_capture(optimizer, lambda max_norm: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -206,7 +232,12 @@ class DriftRun:
     clipped_steps: list[int] = field(default_factory=list)  # steps whose norm was above max_norm
 
     def summary(self) -> dict:
-        return {**self.drift.summary(), "norm_rel_diff": self.norm_rel_diff, "clipped_steps": self.clipped_steps}
+        return {
+            **self.drift.summary(),
+            "steps": len(self.drift.values),
+            "norm_rel_diff": self.norm_rel_diff,
+            "clipped_steps": self.clipped_steps,
+        }
 
 
 class SharedTwins:
@@ -433,13 +464,14 @@ class Proof:
         self.report.update(fp64_max_step_drift=run.drift.worst, fp64_steps=len(run.drift.values))
         return run
 
-    def float32(self, run: DriftRun) -> None:
-        """Ruler 3's keys from the float32 run."""
+    def float32(self, run: DriftRun | dict) -> None:
+        """Ruler 3's keys from the float32 run (or from its :meth:`DriftRun.summary`)."""
+        summary = run.summary() if isinstance(run, DriftRun) else run
         self.report.update(
-            fp32_max_step_drift=run.drift.worst,
-            fp32_worst_step=run.drift.worst_step,
-            fp32_steps=len(run.drift.values),
-            fp32_norm_rel_diff=run.norm_rel_diff,
+            fp32_max_step_drift=summary["max"],
+            fp32_worst_step=summary["worst_step"],
+            fp32_steps=summary["steps"],
+            fp32_norm_rel_diff=summary["norm_rel_diff"],
             fp32_twin_clips_with=self.twin_norm,
         )
 

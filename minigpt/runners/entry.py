@@ -19,6 +19,7 @@ where ``LAB = entry.Lab(prog, parse_args, check_args, measure, ...)``:
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ class Lab:
     parse_args: Callable[[list[str] | None], argparse.Namespace]
     check_args: Callable[[argparse.Namespace, int], object]
     measure: Callable[[object, argparse.Namespace, launch.DistContext], dict]
-    render: Callable[[Path], list] | None = None
+    render: Callable[[Path], list] | str | None = None  # or "module:function", imported when rendering
     render_keys: tuple[str, ...] = ()
     render_example: str = ""
     world_size: Callable[[], int] | None = None  # the world size check_args sees (default: WORLD_SIZE)
@@ -133,7 +134,11 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
             path = cli.input_json(args.render, "--render", lab.render_keys, lab.render_example)
         except ValueError as exc:
             return cli.refuse(lab.prog, str(exc))
-        for written in lab.render(path):
+        render = lab.render
+        if isinstance(render, str):  # the page module is imported only to render
+            module, _, function = render.partition(":")
+            render = getattr(importlib.import_module(module), function)
+        for written in render(path):
             print(f"wrote {written}")
         return 0
     if getattr(args, "impl", None):

@@ -186,17 +186,10 @@ class DDPSystem:
         return proof.plain_state(self.run.model, self.run.optimizer)
 
     def first_step(self) -> proof.FirstStep:
-        cfg, ctx = self.cfg, self.ctx
-        x, y, mask = (
-            t.to(ctx.device)
-            for t in grammar.get_batch(
-                "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
-            )
+        # the gradients are averaged over the ranks when backward returns
+        return proof.data_parallel_first_step(
+            self.run.wrapped, lambda: proof.named_grads(self.run.model), self.cfg, self.ctx
         )
-        logits, loss = self.run.wrapped(x, y, mask)
-        loss.backward()  # the gradients are averaged over the ranks when backward returns
-        grads = {n: p.grad for n, p in self.run.model.named_parameters() if p.grad is not None}
-        return proof.FirstStep(grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size), logits.detach(), grads)
 
 
 class Check:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, grammar
+from minigpt import cli
 from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch, proof
 from minigpt.runners import entry
@@ -160,22 +160,11 @@ class CrossSystem:
         self.run = run = build(name, cfg, ctx)
         self.watch = Watch(run.model, cfg)  # nan or inf: the step, the value, the setting to look at
         run.optimizer.register_step_post_hook(lambda *_: run.states_after_step.update(census(run)))
-        self.norm: list[torch.Tensor | None] = [None]
-        if name == "zero1":
-            clip = run.optimizer.clip_grad_norm_
-
-            def keep(max_norm: float) -> torch.Tensor:
-                self.norm[0] = clip(max_norm)
-                return self.norm[0]
-
-            run.optimizer.clip_grad_norm_ = keep
-        else:
-            last = proof.run_norm_capture(run.model, run.optimizer)
-            self.norm = None
-            self.last_norm = last
-
-    def _norm(self):
-        return self.norm[0] if self.norm is not None else self.last_norm()
+        # ZeRO-1 clips its shards by the whole norm (its own clip_grad_norm_); the others as one process
+        clip = run.optimizer.clip_grad_norm_ if name == "zero1" else None
+        self.norm = (
+            proof.clip_capture(run.optimizer, clip) if clip else proof.run_norm_capture(run.model, run.optimizer)
+        )
 
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         from minigpt.fsdp.memory import PeakMemory
@@ -192,7 +181,7 @@ class CrossSystem:
         run.peak_step_bytes = max(run.peak_step_bytes, peak.peak_bytes)
         total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(total)
-        return float(total) / ctx.world_size, self._norm()
+        return float(total) / ctx.world_size, self.norm()
 
     def whole_state(self) -> dict:
         run = self.run
@@ -206,22 +195,11 @@ class CrossSystem:
         return state
 
     def first_step(self) -> proof.FirstStep:
-        cfg, ctx, run = self.cfg, self.ctx, self.run
-        x, y, mask = (
-            t.to(ctx.device)
-            for t in grammar.get_batch(
-                "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
-            )
-        )
-        logits, loss = run.wrapped(x, y, mask)
-        loss.backward()
         # ZeRO-1 keeps only its shard of the averaged gradient: its first step shows the logits; the
         # float64 ruler holds its whole step
-        grads = (
-            {} if run.name == "zero1" else {n: p.grad for n, p in run.model.named_parameters() if p.grad is not None}
-        )
-        rows = grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size)
-        return proof.FirstStep(rows, proof.whole(logits), grads)
+        run = self.run
+        grads = (lambda: {}) if run.name == "zero1" else (lambda: proof.named_grads(run.model))
+        return proof.data_parallel_first_step(run.wrapped, grads, self.cfg, self.ctx)
 
 
 def zero_redundancy(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> dict:
@@ -462,12 +440,6 @@ def lines_of(report: dict) -> list[str]:
     return [line.removeprefix("[rank 0] ") for line in lines]
 
 
-def render(path) -> list:
-    from minigpt.pages.lab02_crosscheck import render_files
-
-    return render_files(path)
-
-
 def check_settings(args: argparse.Namespace, world_size: int) -> tuple[list[str], TrainConfig]:
     return check_args(args), TrainConfig(seed=args.seed, steps=max(args.steps, 1))
 
@@ -477,7 +449,7 @@ LAB = entry.Lab(
     parse_args,
     check_settings,
     lambda settings, args, ctx: measure(settings[0], settings[1], args, ctx),
-    render,
+    "minigpt.pages.lab02_crosscheck:render_files",
     ("variants", "world_size"),
     "lab/results/02-crosscheck-cpu.json",
 )

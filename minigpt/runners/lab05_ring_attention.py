@@ -324,18 +324,12 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
         cli.output_file(args.report, "--report")
 
 
-def render(path) -> list:
-    from minigpt.pages import lab05
-
-    return lab05.render(path)
-
-
 LAB = entry.Lab(
     PROG,
     parse_args,
     check_args,
     lambda _, args, ctx: measure(args, ctx),
-    render,
+    "minigpt.pages.lab05:render",
     ("cases", "cp"),
     "lab/results/05-ring-attention-cpu.json",
 )

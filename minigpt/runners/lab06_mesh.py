@@ -125,14 +125,7 @@ class HSDPSystem:
         return proof.plain_state(self.model, self.optimizer)
 
     def first_step(self) -> proof.FirstStep:
-        cfg, ctx = self.cfg, self.ctx
-        x, y, mask = grammar.get_batch(
-            "train", 0, cfg.batch_size, ctx.rank, ctx.world_size, seed=cfg.seed, block_size=cfg.block_size
-        )
-        logits, loss = self.model(x, y, mask)
-        loss.backward()
-        grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
-        return proof.FirstStep(grammar.rank_slice(cfg.batch_size, ctx.rank, ctx.world_size), logits.detach(), grads)
+        return proof.data_parallel_first_step(self.model, lambda: proof.named_grads(self.model), self.cfg, self.ctx)
 
 
 def run_hsdp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, replicate: int, shard: int) -> dict:
@@ -238,14 +231,11 @@ class DpTpSystem:
     def __init__(self, cfg: TrainConfig, dp: int, tp: int):
         self.cfg, self.run = cfg, DpTp(cfg, dp, tp)
         self.sent: list[dict] = []
-        self.norm: list[torch.Tensor | None] = [None]
         run = self.run
-
-        def clip(max_norm: float) -> torch.Tensor:  # the whole model's norm over the tp group, after DDP
-            self.norm[0] = run.model.clip_grad_norm_(max_norm, run.norm_bytes)
-            return self.norm[0]
-
-        run.optimizer.clip_grad_norm_ = clip
+        # the whole model's norm over the tp group, after DDP's averaging
+        self.norm = proof.clip_capture(
+            run.optimizer, lambda max_norm: run.model.clip_grad_norm_(max_norm, run.norm_bytes)
+        )
 
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         run = self.run
@@ -254,7 +244,7 @@ class DpTpSystem:
         self.sent.append(run.bytes_per_dim())
         total = torch.tensor([loss], dtype=torch.float64)
         dist.all_reduce(total)  # every tp rank of a dp rank has its slice's loss
-        return float(total) / dist.get_world_size(), self.norm[0]
+        return float(total) / dist.get_world_size(), self.norm()
 
     def whole_state(self) -> dict:
         from minigpt.runners.lab05_tensor_parallel import whole_state
@@ -295,19 +285,13 @@ class TorchDpTpSystem:
             fully_shard(block, mesh=mesh["dp"])
         self.model = fully_shard(model, mesh=mesh["dp"])
         self.optimizer = build_optimizer(self.model, cfg)
-        self.norm: list[torch.Tensor | None] = [None]
-
-        def clip(max_norm: float) -> torch.Tensor:
-            self.norm[0] = torch_tp.clip_grad_norm_(self.model, max_norm)
-            return self.norm[0]
-
-        self.optimizer.clip_grad_norm_ = clip
+        self.norm = proof.clip_capture(self.optimizer, lambda max_norm: torch_tp.clip_grad_norm_(self.model, max_norm))
 
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         loss = train_step(self.model, self.optimizer, step, self.cfg, self.dp_rank, self.dp)
         total = torch.tensor([loss], dtype=torch.float64)
         dist.all_reduce(total)
-        return float(total) / dist.get_world_size(), self.norm[0]
+        return float(total) / dist.get_world_size(), self.norm()
 
     def whole_state(self) -> dict:
         from minigpt.parallel.tensor_parallel import torch_tp
