@@ -136,6 +136,7 @@ results-01: results-01-checks
 # the whole stories under the three kernel sets
 results-01-checks: $(STAMP)
 	$(TORCHRUN) lab/01_ddp.py --check --quiet --report $(RESULTS)/01-check-adamw-cpu.json
+	$(PY) lab/01_ddp.py --render $(RESULTS)/01-check-adamw-cpu.json
 	$(TORCHRUN) lab/01_ddp.py --check --full --quiet --report $(RESULTS)/01-check-adamw-full-cpu.json
 	$(TORCHRUN) lab/01_ddp.py --check --full --quiet --dtype float64 --report $(RESULTS)/01-check-float64-cpu.json
 	$(TORCHRUN) lab/01_ddp.py --check --full --quiet --optimizer sgd --lr 0.1 --min-lr 0 --report $(RESULTS)/01-check-sgd-cpu.json

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.pages.lab02_crosscheck import markdown
+from minigpt.pages.lab02_crosscheck import fragment
 from minigpt.parallel import proof
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
@@ -122,7 +122,7 @@ def test_the_committed_measurement_and_its_tables():
     for name, r in data["variants"].items():
         assert abs(r["bytes_relative_difference"]) < 0.01, name
     for lang in ("en", "es"):
-        assert (RESULTS / f"02-crosscheck-cpu-{lang}.txt").read_text() == markdown(data, lang)
+        assert (RESULTS / f"02-crosscheck-cpu-{lang}.txt").read_text() == fragment(data, lang)
 
 
 def test_zero1_in_a_world_of_one_is_adamw_and_refuses_a_partial_state_dict():

@@ -70,6 +70,14 @@ def render(json_path: str | Path) -> list[Path]:
     return write_tables(json_path, table)
 
 
+def render_check(json_path: str | Path) -> list[Path]:
+    """A check's report (``lab/01_ddp.py --check --report X.json``) -> its rulers' table, ``X-en.txt``
+    and ``X-es.txt`` (:mod:`minigpt.pages.rulers`)."""
+    from minigpt.pages import rulers
+
+    return write_tables(json_path, rulers.table)
+
+
 AMPLIFICATION_HEADER = {
     "en": "| optimizer | dtype | at step | max gradient difference | max weight difference | ratio |",
     "es": "| optimizador | tipo | en el paso | diferencia máxima de gradiente | diferencia máxima de pesos | cociente |",

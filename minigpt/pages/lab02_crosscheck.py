@@ -87,5 +87,12 @@ def console_table(report: dict) -> str:
     )
 
 
+def fragment(report: dict, lang: str) -> str:
+    """The model-against-measurement table, then the check's rulers (:mod:`minigpt.pages.rulers`)."""
+    from minigpt.pages import rulers
+
+    return markdown(report, lang) + ("\n" + rulers.table(report, lang) if report.get("rulers") else "")
+
+
 def render_files(json_path: str) -> list[Path]:
-    return write_tables(json_path, markdown)
+    return write_tables(json_path, fragment)

@@ -116,6 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="score the tutor on the first N held-out test sentences (default: all 1209)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--render", metavar="JSON", help="only render a --check report's rulers (English and Spanish)")
     return p.parse_args(argv)
 
 
@@ -335,7 +336,15 @@ class Check:
         self.first = last + 1
 
 
-LAB = entry.Lab(PROG, parse_args, check_args, lambda cfg, args, ctx: train(cfg, args, ctx))
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_args,
+    lambda cfg, args, ctx: train(cfg, args, ctx),
+    "minigpt.pages.lab01_check:render_check",
+    ("rulers", "world_size"),
+    "lab/results/01-check-adamw-cpu.json",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
