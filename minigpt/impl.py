@@ -165,10 +165,18 @@ def exercise_module(module: str) -> ModuleType:
     return _import_file(exercises_dir() / f"{module}.py", only_exercise())
 
 
-@cache
 def _import_file(path: Path, only: str | None = None) -> ModuleType:
+    """The module in ``path``, imported once per version of the file: an edit (a new modification
+    time or size) is imported again at the next call, so a notebook's next "your turn" cell runs
+    what the learner just saved, without restarting the kernel."""
     if not path.is_file():
         raise FileNotFoundError(f"no exercise file {path}")
+    stat = path.stat()
+    return _import_version(path, only, stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _import_version(path: Path, only: str | None, mtime_ns: int, size: int) -> ModuleType:  # noqa: ARG001 (the cache key)
     suffix = "" if only is None else "_only_" + only.replace(".", "_")
     spec = importlib.util.spec_from_file_location(f"minigpt_exercises.{path.stem}{suffix}", path)
     mod = importlib.util.module_from_spec(spec)
