@@ -129,8 +129,31 @@ def test_untouched_stubs_score_zero_quickly_each_with_its_task(monkeypatch):
             assert r.reason.startswith(f"Exercise {r.exercise}: "), f"{r.name} ({r.exercise}): {r.reason}"
     lines = report.text.splitlines()
     assert not any("Traceback" in line or line.lstrip().startswith('File "') for line in lines), report.text
-    assert sum(line.lstrip().startswith("−") for line in lines) == len(report.results)  # one line per lost test
+    # focused: a lab with nothing written yet is one line, which says where to start
+    assert len(lines) <= 60, f"{len(lines)} lines for the untouched stubs, expected at most 60:\n{report.text}"
+    for lab, title in LABS.items():
+        first = min((e for e in impl.EXERCISES if e.split(".")[0] == str(int(lab))), key=lambda e: int(e.split(".")[1]))
+        line = (
+            f"Lab {lab} · {title} · 0/{lab_points(lab)} · nothing written yet (start: make hint EX={first} · "
+            f"make grade EX={first})"
+        )
+        assert line in lines, report.text
     assert report.seconds < limit(90), f"grading the stubs took {report.seconds:.0f} s, over {limit(90):g} s ({HINT})"
+
+
+def test_one_lab_of_stubs_shows_every_exercise_and_what_all_together_waits_for(monkeypatch):
+    """A lab asked for (or being worked on) shows every exercise, its task lines, one line per lost
+    test; its "All together" row says which exercises it waits for, not another stub's message."""
+    report = grade(monkeypatch, lab="00")
+    lines = report.text.splitlines()
+    assert sum(line.lstrip().startswith("−") for line in lines) == len(report.results), report.text
+    for exercise in ("0.1", "0.2", "0.3", "0.4"):
+        assert any(line.startswith(f"  Exercise {exercise} · ") for line in lines), report.text
+    waits = [line for line in lines if "test_all_together" in line]
+    assert waits and all(line.endswith("waits for Exercises 0.1, 0.2, 0.3, 0.4 (not written yet)") for line in waits), (
+        report.text
+    )
+    assert "A hint: make hint EX=0.1" in report.text, report.text
 
 
 @pytest.mark.parametrize("exercise", ["1.1", "1.3"])
@@ -147,6 +170,11 @@ def test_an_exercise_earns_its_points_alone(monkeypatch, tmp_path):
     report = grade(monkeypatch, write_exercises(tmp_path / "some", written))
     for exercise, (earned, total) in by_exercise(report).items():
         assert earned == (total if exercise in written else 0), f"Exercise {exercise}: {earned}/{total}\n{report.text}"
+    # the labs being worked on show every exercise, the others one line each; All together waits
+    assert "waits for Exercises 0.1, 0.3, 0.4 (not written yet)" in report.text, report.text
+    assert "waits for Exercises 1.1, 1.2, 1.4 (not written yet)" in report.text, report.text
+    for lab in ("04", "05", "06"):
+        assert f"Lab {lab} · {LABS[lab]} · 0/{lab_points(lab)} · nothing written yet" in report.text, report.text
 
 
 def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, tmp_path):
