@@ -191,8 +191,8 @@ def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, 
 def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     """tests/pitfalls/ holds classic mistakes: for Lab 00 a transposed mask, a per-token loss and
     rows silently dropped (and one correct answer); for Lab 01 a ring that passes whole tensors,
-    buckets launched in arrival order, no_sync ignored, and no check for a parameter without
-    gradient; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
+    buckets that ignore the dtype, buckets launched in arrival order, no_sync ignored, no check for a
+    parameter without gradient, and the averages copied back instead of each .grad its slot; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
     gradients, HSDP replicas that all-reduce the whole gradient, and a ZeRO-1 step that moves
     parameters no rank gave a gradient; for Lab 03 BACKWARD_POST taken for BACKWARD_PRE, the
     largest local norm taken for the global one, and the tied output layer made a unit; for Lab 04 a
@@ -200,7 +200,7 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     storage: a lost test, not a hang), the reduce-scatter's sum not divided by the world size, the
     local norm taken for the global one, and the prefetch of the unit whose backward just ran. Each
     mistake costs exactly the tests written to catch it, and the lab's end-to-end test when it
-    changes what training computes (Lab 01's four mistakes leave a 2-rank MiniGPT run right; Lab
+    changes what training computes (Lab 01's mistakes leave a 2-rank MiniGPT run right; Lab
     04's wrong prefetch computes the same weights but gathers a freed unit again, and the
     end-to-end test counts the bytes of a step); for Lab 05 the row-parallel bias added on every rank
     before the sum, f's all-reduce moved into forward (f written as g), an online softmax that does
@@ -220,8 +220,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_all_together_two_simulated_ranks_train_like_the_reference": 2,
         "test_ring_sends_chunks_not_the_whole_tensor": 2,
         "test_ring_leaves_every_rank_with_the_same_bits": 1,
+        "test_buckets_close_when_they_reach_the_cap": 1,
         "test_ddp_launches_buckets_in_the_same_order_on_every_rank": 1,
         "test_ddp_no_sync_accumulates_locally": 1,
+        "test_ddp_finish_counts_bytes_and_is_harmless_twice": 1,
         "test_ddp_unused_parameter_is_an_error_that_names_it": 1,
         "test_recipes_and_working_buffer": 2,
         "test_offload": 2,
@@ -404,6 +406,35 @@ def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(monkeypat
     for r in report.results:
         if not r.passed:
             assert r.kind == "failed" and all(w in r.reason for w in words), f"{r.name}: {r.reason}"
+
+
+# tests/pitfalls/one_rule_each/: one stated rule broken per exercise, graded one exercise at a time
+ONE_RULE_EACH = {
+    "0.4": {"test_lr_schedule": 2},  # the warm-up counted from step 1
+    "1.2": {  # a bucket closed before the parameter that would pass the cap, not when it reaches it
+        "test_buckets_reverse_order_up_to_the_cap": 2,
+        "test_buckets_close_when_they_reach_the_cap": 1,
+        "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
+    },
+    "2.3": {"test_communication_per_stage": 2, "test_hsdp_traffic_inside_and_across": 2},  # ZeRO-3 gathers once
+    "2.4": {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1},  # a repeated parameter kept twice
+    "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
+    "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
+    "5.3": {  # the vocabulary's padding columns counted as words
+        "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
+        "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
+    },
+}
+
+
+@pytest.mark.parametrize("exercise", list(ONE_RULE_EACH))
+def test_each_stated_rule_broken_alone_loses_exactly_its_tests(monkeypatch, exercise):
+    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/, one mistake per
+    exercise; the others' rules are in tests/pitfalls/ and its one-mistake folders): the tests of that
+    rule fail, and only they."""
+    report = grade(monkeypatch, PITFALLS / "one_rule_each", exercise=exercise)
+    assert lost(report) == ONE_RULE_EACH[exercise], report.text
+    assert all(r.kind == "failed" for r in report.results if not r.passed), report.text
 
 
 def launch_of(*outcomes: dict | str) -> Launch:
