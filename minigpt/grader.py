@@ -14,6 +14,11 @@ test is for. Each lab ends with one end-to-end test that runs all of your code t
 course's own checks (documentation, site, notebooks, stub signatures, failure drills) are not run:
 they are ``make test``'s, against the reference.
 
+Graded over every lab, the report is focused on where you are: a lab with nothing written yet takes
+one line (where to start), a lab you have started shows every exercise, and its "All together" row
+says which exercises it still waits for. ``make hint EX=1.3`` (``minigpt/hints.py``) prints an
+exercise's hints one at a time.
+
 In a notebook: ``grade("1.1")`` prints the same report for one exercise and returns it.
 
 The report's words come from ``minigpt/exercises.toml`` (titles, and the stubs' task lines in
