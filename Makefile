@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -24,6 +24,7 @@ help:
 	@echo "make lint    ruff check and ruff format --check, with the rules in pyproject.toml (make format fixes what it can)"
 	@echo "make grade   score your own exercises (lab/exercises/): per exercise, one line per lost point"
 	@echo "             EX=1.3 one exercise · LAB=01 one lab · LANG=es en español · DETAILS=1 tracebacks too"
+	@echo "make hint EX=4.3   the next hint of one exercise (each call one more) · RESET=1 start over · LANG=es"
 	@echo "make notebooks  open the lab notebooks (your workbooks) in Jupyter Lab"
 	@echo "make docs    build the bilingual website into site/ (tables and figures regenerated first)"
 	@echo "make serve   the website on http://127.0.0.1:8000, rebuilt as you edit a page"
@@ -89,6 +90,11 @@ check-pins: $(STAMP)
 # Spanish locale) gives the report in Spanish; EX, LAB and DETAILS pick what to grade and show.
 grade: $(STAMP)
 	@MINIGPT_LANG="$(LANG)" $(PY) -m minigpt.grader $(if $(EX),--exercise $(EX)) $(if $(LAB),--lab $(LAB)) $(if $(DETAILS),--details)
+
+# One hint of one exercise, the next on each call (python -m minigpt.hints --help); what has been seen
+# is kept in out/hints.json. RESET=1 starts the exercise over; LANG=es gives it in Spanish.
+hint: $(STAMP)
+	@MINIGPT_LANG="$(LANG)" $(PY) -m minigpt.hints $(EX) $(if $(RESET),--reset)
 
 # The labs' workbooks (notebooks/NN-name.ipynb, and NN-name.es.ipynb in Spanish) in Jupyter Lab. Their
 # "your turn" and grade cells run your code in lab/exercises/; MINIGPT_IMPL=reference runs the reference.

@@ -14,6 +14,11 @@ test is for. Each lab ends with one end-to-end test that runs all of your code t
 course's own checks (documentation, site, notebooks, stub signatures, failure drills) are not run:
 they are ``make test``'s, against the reference.
 
+Graded over every lab, the report is focused on where you are: a lab with nothing written yet takes
+one line (where to start), a lab you have started shows every exercise, and its "All together" row
+says which exercises it still waits for. ``make hint EX=1.3`` (``minigpt/hints.py``) prints an
+exercise's hints one at a time.
+
 In a notebook: ``grade("1.1")`` prints the same report for one exercise and returns it.
 
 A report saved with ``--save FILE`` can be shown again, exercise by exercise, without running anything:
@@ -70,6 +75,10 @@ WORDS = {
         "broken": "the grading could not run (pytest exit {code}); its output:",
         "not_graded": "not graded ({points} pt, not lost)",
         "not_graded_total": " · {points} pt not graded: run again, e.g. make grade EX={ex}",
+        "untouched": "nothing written yet (start: make hint EX={ex} · make grade EX={ex})",
+        "waits": "waits for Exercise {which} (not written yet)",
+        "waits_many": "waits for Exercises {which} (not written yet)",
+        "hint": "A hint: make hint EX={ex}",
     },
     "es": {
         "grading": "Corrigiendo {who} ({where})",
@@ -90,6 +99,10 @@ WORDS = {
         "broken": "la corrección no pudo ejecutarse (pytest salió con {code}); su salida:",
         "not_graded": "sin corregir ({points} pt, no perdidos)",
         "not_graded_total": " · {points} pt sin corregir: vuelve a ejecutarlo, p. ej. make grade EX={ex}",
+        "untouched": "nada escrito todavía (para empezar: make hint EX={ex} · make grade EX={ex})",
+        "waits": "espera al ejercicio {which} (sin escribir todavía)",
+        "waits_many": "espera a los ejercicios {which} (sin escribir todavía)",
+        "hint": "Una pista: make hint EX={ex}",
     },
 }
 
@@ -130,6 +143,7 @@ class Report:
     lang: str = "en"
     impl: str = "exercises"
     where: str = ""
+    focus: bool = False  # every lab graded: a lab with nothing written yet takes one line
     text: str = field(default="", repr=False)
 
     @property
@@ -173,45 +187,81 @@ NOT_GRADED = "not graded"  # conftest.py's kind for a graded test whose ranks co
 
 
 def render(report: Report) -> str:
-    """The report: per lab, per exercise, the points, and one line per lost point."""
+    """The report: per lab, per exercise, the points, and one line per lost point. When every lab is
+    graded (``report.focus``), a lab with nothing written yet takes one line; the labs being worked
+    on show every exercise. "All together" says which exercises it waits for."""
     lang, words, cat = report.lang, WORDS[report.lang], catalog()
     who = words["yours"] if report.impl == "exercises" else words["reference"]
     lines = [words["grading"].format(who=who, where=report.where), ""]
     order = list(cat["exercises"]) + ["all"]
+    untouched = set()
     for lab in sorted({r.lab for r in report.results}):
         in_lab = [r for r in report.results if r.lab == lab]
-        graded = [r for r in in_lab if r.kind != NOT_GRADED]
+        graded = [r for r in in_lab if r.kind != NOT_GRADED]  # its ranks could not connect: a busy machine
         earned, total = sum(r.points for r in graded if r.passed), sum(r.points for r in graded)
-        lines.append(f"Lab {lab} · {cat['labs'][lab][lang]} · {earned}/{total}")
-        for exercise in sorted({r.exercise for r in in_lab}, key=order.index):
-            tests = [r for r in in_lab if r.exercise == exercise]
-            got = sum(r.points for r in tests if r.passed)
-            out_of = sum(r.points for r in tests if r.kind != NOT_GRADED)
-            if exercise == "all":
-                title = f"{words['all']} · {words['all_title']}"
-            else:
-                title = f"{words['exercise']} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
-            lines.append(f"  {title} · {got}/{out_of}" + (f" · {words['full']}" if got == out_of else ""))
-            tasks = dict.fromkeys(task_line(r.reason, lang) for r in tests if r.kind == "not written")
-            lines += [f"    {words['not_written'].format(task=task)}" for task in tasks]  # once each
-            for r in tests:
-                if r.kind == NOT_GRADED:
-                    lines.append(f"    {words['not_graded'].format(points=r.points)} {r.name}: {r.reason}")
-                elif not r.passed:
-                    why = words["not_written_short"] if r.kind == "not written" else reason_line(r, lang)
-                    lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {why}")
+        heading = f"Lab {lab} · {cat['labs'][lab][lang]} · {earned}/{total}"
+        exercises = sorted({r.exercise for r in in_lab}, key=order.index)
+        if report.focus and all(r.kind == "not written" for r in in_lab):
+            first = next(e for e in exercises if e != "all")
+            lines.append(f"{heading} · {words['untouched'].format(ex=first)}")
+            untouched.add(lab)
+            continue
+        if lines[-1]:
+            lines.append("")
+        lines.append(heading)
+        unwritten = [e for e in exercises if e != "all" and _not_written(in_lab, e)]
+        for exercise in exercises:
+            lines += _exercise_lines([r for r in in_lab if r.exercise == exercise], exercise, unwritten, lang)
+        lines.append("")
+    if lines[-1]:
         lines.append("")
     total = words["total"].format(earned=report.earned, total=report.total, seconds=report.seconds)
     if report.not_graded:
         first = report.not_graded[0].exercise
         total += words["not_graded_total"].format(points=sum(r.points for r in report.not_graded), ex=first)
     lines.append(total)
+    started = [r for r in report.results if r.lab not in untouched] or report.results  # where the learner is
     first_lost = next(
-        (r.exercise for r in report.results if not r.passed and r.exercise != "all" and r.kind != NOT_GRADED), None
+        (r.exercise for r in started if not r.passed and r.exercise != "all" and r.kind != NOT_GRADED), None
     )
     if first_lost is not None:
         lines.append(words["next"].format(ex=first_lost))
+        if _not_written(report.results, first_lost):
+            lines.append(words["hint"].format(ex=first_lost))
     return "\n".join(lines)
+
+
+def _not_written(results: list[Result], exercise: str) -> bool:
+    """Is ``exercise`` still a stub (one of its tests stopped at its NotImplementedError)?"""
+    return any(r.kind == "not written" for r in results if r.exercise == exercise)
+
+
+def _exercise_lines(tests: list[Result], exercise: str, unwritten: list[str], lang: str) -> list[str]:
+    """One exercise: its title and points, the task lines of a stub, one line per lost test."""
+    words, cat = WORDS[lang], catalog()
+    got = sum(r.points for r in tests if r.passed)
+    out_of = sum(r.points for r in tests if r.kind != NOT_GRADED)
+    if exercise == "all":
+        title = f"{words['all']} · {words['all_title']}"
+    else:
+        title = f"{words['exercise']} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
+    lines = [f"  {title} · {got}/{out_of}" + (f" · {words['full']}" if got == out_of else "")]
+    waits = ""
+    if exercise == "all" and unwritten:  # what it waits for, not another exercise's stub message
+        waits = words["waits" if len(unwritten) == 1 else "waits_many"].format(which=", ".join(unwritten))
+    else:
+        tasks = dict.fromkeys(task_line(r.reason, lang) for r in tests if r.kind == "not written")
+        lines += [f"    {words['not_written'].format(task=task)}" for task in tasks]  # once each
+    for r in tests:
+        if r.kind == NOT_GRADED:
+            lines.append(f"    {words['not_graded'].format(points=r.points)} {r.name}: {r.reason}")
+        elif not r.passed:
+            if r.kind == "not written":
+                why = waits or words["not_written_short"]
+            else:
+                why = reason_line(r, lang)
+            lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {why}")
+    return lines
 
 
 def _where(impl_name: str) -> str:
@@ -289,7 +339,7 @@ def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, det
             raise GradingError(f"{WORDS[lang]['broken'].format(code=proc.returncode)}\n{output}")
         data = json.loads(json_path.read_text())
     results = [Result(**{k: row[k] for k in Result.__dataclass_fields__}) for row in data["results"]]
-    report = Report(results, seconds, lang, impl_name, _where(impl_name))
+    report = Report(results, seconds, lang, impl_name, _where(impl_name), focus=exercise is None and lab is None)
     report.text = render(report)
     if show:
         print(report.text, flush=True)

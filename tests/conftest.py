@@ -190,15 +190,19 @@ def _reason(call: pytest.CallInfo) -> tuple[str, str]:
         )
     text = exc.exconly().strip().splitlines()
     first = (text[0] if text else exc.typename).removeprefix("AssertionError: ")
-    if not exc.errisinstance(AssertionError):  # an error raised in the learner's code: where
+    if not exc.errisinstance(AssertionError):  # an error raised in the learner's code: why, and where
+        from tests.ranks import likely_cause  # a plugin of this conftest: imported once pytest rewrites it
+
+        cause = likely_cause(first)
         folder = impl_switch.exercises_dir()
         mine = [e for e in exc.traceback if Path(str(e.path)).resolve().is_relative_to(folder)]
         if mine:
             name, line, func = Path(str(mine[-1].path)).name, mine[-1].lineno + 1, mine[-1].name
             first += say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
+        first += cause
     if first.startswith("assert ") and exc.errisinstance(AssertionError):
         first = f"a check failed: {first}"  # an assert without a message: pytest's rewrite of it
-    return "failed", first if len(first) <= 400 else first[:397] + "..."
+    return "failed", first if len(first) <= 700 else first[:697] + "..."
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -200,6 +200,17 @@ def ddp_toy(group, collective: str = "torch") -> dict:
         "bytes_all_reduced": ddp.bytes_all_reduced,
         "grads_digest": grads_digest,
         "module_is_model": ddp.module is model,
+        # each trainable .grad a view of its bucket's buffer (gradient_as_bucket_view): no copy back
+        "grads_not_in_buckets": [
+            n
+            for n, p in model.named_parameters()
+            if p.requires_grad
+            and (
+                p.grad is None
+                or p.grad.untyped_storage().data_ptr()
+                not in {b.buffer.untyped_storage().data_ptr() for b in ddp.buckets}
+            )
+        ],
     }
     if collective == "ring":
         out["ring_bytes_sent"] = ddp.ring_bytes.sent

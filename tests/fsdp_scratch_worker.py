@@ -26,11 +26,13 @@ from torch import nn
 
 from minigpt import grammar, impl
 from minigpt.parallel import fsdp_by_hand as fsdp
+from minigpt.parallel.fsdp_by_hand import sharding
 from minigpt.parallel.fsdp_by_hand.sharding import gather_rows, padded_rows
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as ReferenceUnit
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from tests import launcher
 from tests.limits import limit
+from tests.words import say
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -77,12 +79,14 @@ def full_grad_rows(grad: torch.Tensor, rows: int, rank: int, world: int) -> torc
 
 
 def gather_round_trip(group) -> dict:
-    shard_rows, gather_rows = learners("shard_rows"), learners("gather_rows")
+    """The learner's gather_rows on the reference's shards: a wrong shard_rows costs its own test (in
+    tests/test_lab04.py, in one process), never this one's collective."""
+    gather_rows = learners("gather_rows")
     cases = []
     for rows in GATHER_ROWS:
         for shape in ((rows, 5), (rows,)):
             full = torch.randn(shape, generator=torch.Generator().manual_seed(rows))  # the same on both ranks
-            got = gather_rows(shard_rows(full, RANK, 2), rows, group)
+            got = gather_rows(sharding.shard_rows(full, RANK, 2), rows, group)
             cases.append(
                 {
                     "shape": list(shape),
@@ -97,11 +101,72 @@ def gather_round_trip(group) -> dict:
 # Exercise 4.3: the learner's hooks against the reference's, on MiniGPT
 
 
+def _freed(unit) -> list[str]:
+    """The names of the unit's parameters whose gathered tensor holds no storage (0 bytes)."""
+    return [p.slots[0][2] for p in unit.params if p.full.untyped_storage().nbytes() == 0]
+
+
+def watched(unit_class):
+    """The learner's unit class with what each hook promises checked as it returns: a unit is whole
+    from its pre-forward to its post-forward (the root until backward reaches it), and whole again
+    from its pre-backward on. A hook that breaks it fails the scenario with the hook's name, before
+    autograd reads a freed parameter ("storage of size 0", which names no hook)."""
+
+    def check(unit, hook: str, why_en: str, why_es: str) -> None:
+        freed = _freed(unit)
+        if freed:
+            shown = ", ".join(freed[:3]) + (", ..." if len(freed) > 3 else "")
+            raise RuntimeError(
+                say(
+                    f"{hook} of {unit.name} returned with the unit's parameters freed ({shown}: 0 bytes): {why_en}",
+                    f"{hook} de {unit.name} terminó con los parámetros de la unidad liberados ({shown}: 0 bytes): "
+                    f"{why_es}",
+                )
+            )
+
+    class Watched(unit_class):
+        def pre_forward(self, module, args):
+            args = super().pre_forward(module, args)
+            check(
+                self,
+                "pre_forward",
+                "its forward reads them next (a unit must be whole from its pre-forward to its post-forward)",
+                "su pasada hacia delante los lee a continuación (una unidad debe estar entera desde su pre-forward "
+                "hasta su post-forward)",
+            )
+            return args
+
+        def post_forward(self, module, args, output):
+            output = super().post_forward(module, args, output)
+            if self is self.root:
+                check(
+                    self,
+                    "post_forward",
+                    "the root keeps its parameters after its forward: backward starts with it",
+                    "la raíz conserva sus parámetros tras su pasada hacia delante: la pasada hacia atrás empieza por "
+                    "ella",
+                )
+            return output
+
+        def pre_backward(self):
+            super().pre_backward()
+            check(
+                self,
+                "pre_backward",
+                "its backward reads them next (a unit must be whole again from its pre-backward to its post-backward)",
+                "su pasada hacia atrás los lee a continuación (una unidad debe volver a estar entera desde su "
+                "pre-backward hasta su post-backward)",
+            )
+
+    Watched.__name__ = Watched.__qualname__ = unit_class.__name__
+    return Watched
+
+
 def hooks_on_minigpt(group) -> dict:
     cfg = TrainConfig()
     reference = shard_model(build_model(cfg), ReferenceUnit, group)
     recorder = fsdp.Recorder()
-    model = shard_model(build_model(cfg), learners("FSDPUnit"), group, recorder)
+    model = shard_model(build_model(cfg), watched(learners("FSDPUnit")), group, recorder)
     blocks = [u for u in fsdp.find_units(model) if u.name != "root"]
     root = fsdp.find_units(model)[0]
     held_in_backward: dict[str, list[int]] = {}
@@ -220,8 +285,24 @@ def norm_of_shards(group) -> dict:
         shard.grad = full_grad_rows(full, p.rows, RANK, 2)
         whole.append(full.double().flatten())
     expected = float(torch.linalg.vector_norm(torch.cat(whole)))
-    got = units[0].global_grad_norm(model)
-    return {"expected": expected, "got": float(got), "is_tensor": torch.is_tensor(got)}
+    all_reduces = []  # the number of elements of each all-reduce the learner's norm calls
+
+    def counted(tensor, *args, **kwargs):
+        all_reduces.append(tensor.numel())
+        return all_reduce(tensor, *args, **kwargs)
+
+    all_reduce, dist.all_reduce = dist.all_reduce, counted
+    try:
+        got = units[0].global_grad_norm(model)
+    finally:
+        dist.all_reduce = all_reduce
+    return {
+        "expected": expected,
+        "got": float(got),
+        "is_tensor": torch.is_tensor(got),
+        "all_reduces": all_reduces,
+        "with_gradient": len(whole),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,7 +348,7 @@ def train_minigpt(group) -> dict:
     baseline = build_model(cfg)
     base_opt = build_optimizer(baseline, cfg)
     recorder = fsdp.Recorder()
-    model = shard_model(build_model(cfg), learners("FSDPUnit"), group, recorder)
+    model = shard_model(build_model(cfg), watched(learners("FSDPUnit")), group, recorder)
     opt = build_optimizer(model, cfg)
     opt.clip_grad_norm_ = lambda max_norm: fsdp.clip_grad_norm_(model, max_norm)  # train_step's hook
     # the gradients of one backward first: AdamW would hide a gradient twice too large

@@ -9,7 +9,10 @@ that only that exercise is the learner's. ``make grade EX=1.3`` starts two ranks
 scenarios of Exercise 1.3.
 
 When a rank crashes or runs out of time before it reports a scenario, the test's reason is that
-rank's own last error (gloo's or Python's), in one line, with the usual cause when it is a known one.
+rank's own last error (gloo's or Python's), in one line, with the likely cause when it is a known one;
+when that error only says that another rank went away first ("connection closed by peer") or never
+came (a time-out), the other rank's own error and the learner's line come first, this one as its
+consequence, or the report says which rank waited for which.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from tests.limits import NOT_GRADED, limit
 from tests.words import say
 
 SCENARIOS_VARIABLE = "MINIGPT_SCENARIOS"
+# an error that only says another rank went away first, and one that says a rank waited for another
+PEER_CLOSED = r"[Cc]onnection (closed|reset)|[Bb]roken pipe|by peer"
+TIMED_OUT = r"[Tt]imed out|[Tt]imeout"
 
 
 @dataclass
@@ -92,14 +98,32 @@ def pipeline_scratch(request: pytest.FixtureRequest) -> Launch:
     return launch(request, "pipeline_worker", 3, wanted(request.session, "pipeline_scratch"), limit(150))
 
 
-# the rank's last error -> the usual cause, in both languages
+# the rank's last error -> its likely cause, in both languages
 HINTS = (
     (
         r"doesn't match expected size|collective mismatch|Message truncated",
-        "the ranks ran different collectives at the same moment: every rank must launch its buckets "
-        "in the same order, bucket 0 first, not in the order the gradients arrive",
-        "los ranks hicieron colectivas distintas a la vez: cada rank debe lanzar sus buckets en el "
-        "mismo orden, el 0 primero, no en el orden en que llegan los gradientes",
+        "the ranks ran different collectives at the same moment, or the same one with different sizes: in "
+        "DDP every rank must launch its buckets in the same order, bucket 0 first, not in the order the "
+        "gradients arrive; in FSDP every rank's shard of a parameter must have the same shape",
+        "los ranks hicieron colectivas distintas a la vez, o la misma con tamaños distintos: en DDP cada rank "
+        "debe lanzar sus buckets en el mismo orden, el 0 primero, no en el orden en que llegan los gradientes; "
+        "en FSDP el fragmento de un parámetro debe tener la misma forma en todos los ranks",
+    ),
+    (
+        r"storage of size 0|setStorage.*size 0",
+        "a unit's parameters were used while freed (their storage is 0 bytes): gathered too late or freed too "
+        "early; a unit must be whole from its pre-forward to its post-forward and again from its pre-backward "
+        "to its post-backward",
+        "se usaron los parámetros de una unidad mientras estaban liberados (su almacenamiento tiene 0 bytes): "
+        "se reunieron demasiado tarde o se liberaron demasiado pronto; una unidad debe estar entera desde su "
+        "pre-forward hasta su post-forward, y otra vez desde su pre-backward hasta su post-backward",
+    ),
+    (
+        r"never run backward",
+        "a micro-batch still held at the end of the step: its B never ran, or backward_step read held[i] "
+        "without taking it out (held.pop(i)), so the stage keeps its activations",
+        "un microlote sigue guardado al final del paso: su B nunca se ejecutó, o backward_step leyó held[i] "
+        "sin sacarlo (held.pop(i)), así que la etapa conserva sus activaciones",
     ),
     (
         r"[Tt]imed out|[Tt]imeout",
@@ -116,7 +140,7 @@ HINTS = (
         "lanza un RuntimeError que lo nombre",
     ),
     (
-        r"[Cc]onnection (closed|reset)|peer",
+        PEER_CLOSED,
         "another rank crashed first: its error is the one to read",
         "otro rank falló antes: su error es el que hay que leer",
     ),
@@ -144,13 +168,18 @@ def clean(error: str) -> str:
     return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", error)
 
 
-def explain(error: str) -> str:
-    """An error line without gloo's source location, with the usual cause when it is a known one."""
-    error = clean(error)
+def likely_cause(error: str) -> str:
+    """`` (likely cause: ...)`` for an error line of a known symptom, in the learner's language, or nothing."""
     for pattern, english, spanish in HINTS:
         if re.search(pattern, error):
-            return f"{error} ({say('usual cause', 'causa habitual')}: {say(english, spanish)})"
-    return error
+            return f" ({say('likely cause', 'causa probable')}: {say(english, spanish)})"
+    return ""
+
+
+def explain(error: str) -> str:
+    """An error line without gloo's source location, with its likely cause when it is a known one."""
+    error = clean(error)
+    return error + likely_cause(error)
 
 
 def why_it_stopped(stderr: str) -> str:
@@ -170,28 +199,127 @@ def where_in_yours(trace: str) -> str:
     return say(f" (in {name}, line {line}, {func})", f" (en {name}, línea {line}, {func})")
 
 
+# ----------------------------------------------------------------------------------------------
+# which rank's error is the cause, and which ones are its consequences
+
+
+@dataclass
+class Outcome:
+    """One rank's outcome of one scenario: ``ok``, ``raised`` (the scenario's own error, recorded)
+    or ``stopped`` (the rank ended before it reported the scenario; ``error`` is its last error)."""
+
+    rank: int
+    state: str
+    error: str = ""
+    where: str = ""  # the learner's file and line, when the traceback passes through it
+
+    @property
+    def kind(self) -> str:
+        """``stub`` (a NotImplementedError), ``peer`` (it only saw another rank close the connection),
+        ``timeout`` (it waited for another rank), or ``cause`` (an error of its own)."""
+        if self.state == "ok":
+            return "ok"
+        if self.error.startswith("NotImplementedError"):
+            return "stub"
+        if re.search(PEER_CLOSED, self.error):
+            return "peer"
+        if re.search(TIMED_OUT, self.error) and "PipelineTimeout" not in self.error:
+            return "timeout"
+        return "cause"
+
+
+def outcome(launch: Launch, name: str, rank: int) -> Outcome:
+    result = launch.results[rank].get(name) if rank < len(launch.results) else None
+    if result is None:
+        stderr = launch.errors[rank] if rank < len(launch.errors) else ""
+        return Outcome(rank, "stopped", last_error(stderr), where_in_yours(stderr))
+    if result["ok"]:
+        return Outcome(rank, "ok")
+    return Outcome(rank, "raised", clean(result["error"]), where_in_yours(result.get("trace", "")))
+
+
+def described(o: Outcome, name: str) -> str:
+    """One rank's error as the report shows it: the rank, the error, its likely cause, the learner's line."""
+    if o.state == "stopped":
+        head = say(
+            f"rank {o.rank} stopped before it reported {name!r}: ",
+            f"el rank {o.rank} se detuvo antes de informar de {name!r}: ",
+        )
+    else:
+        head = f"rank {o.rank}, {name}: "
+    return head + o.error + o.where + likely_cause(o.error)
+
+
+def waited(o: Outcome, others: list[Outcome], name: str) -> str:
+    """A rank that timed out, when no rank raised an error of its own: which rank waited for which."""
+    seconds = re.search(r"(\d+)\s*ms", o.error)
+    how_long = f" {int(seconds.group(1)) / 1000:g} s" if seconds else ""
+    finished = [p.rank for p in others if p.state == "ok"]
+    if finished:
+        ranks = ", ".join(map(str, finished))
+        cause = say(
+            f"rank {o.rank} waited{how_long} in a collective for rank {ranks}, which finished {name!r} without "
+            "starting it: a rank skipped a collective (or ran fewer of them)",
+            f"el rank {o.rank} esperó{how_long} en una colectiva al rank {ranks}, que terminó {name!r} sin "
+            "empezarla: un rank se saltó una colectiva (o hizo menos)",
+        )
+    else:
+        ranks = ", ".join(str(p.rank) for p in others) or "?"
+        cause = say(
+            f"rank {o.rank} waited{how_long} in a collective for rank {ranks}, which was waiting too: the ranks "
+            "called different collectives, or the same ones in another order",
+            f"el rank {o.rank} esperó{how_long} en una colectiva al rank {ranks}, que también esperaba: los ranks "
+            "llamaron a colectivas distintas, o a las mismas en otro orden",
+        )
+    return f"rank {o.rank}, {name}: {o.error}{o.where} ({say('likely cause', 'causa probable')}: {cause})"
+
+
+def diagnose(launch: Launch, name: str, rank: int) -> str:
+    """Why ``rank`` has no result for scenario ``name``, cause first: when another rank's own error
+    (a Python exception in the learner's code, a gloo mismatch, a crash) made this rank's collective
+    fail ("connection closed by peer", a time-out), that error and the learner's line come first,
+    and this rank's error follows as its consequence."""
+    outcomes = [outcome(launch, name, r) for r in range(max(len(launch.results), rank + 1))]
+    mine = outcomes[rank]
+    others = [o for o in outcomes if o.rank != rank]
+    if mine.kind == "cause":
+        return described(mine, name)
+    causes = [o for o in others if o.kind == "cause"]
+    if causes:
+        first = min(causes, key=lambda o: (not o.where, o.rank))  # one with the learner's line first
+        return described(first, name) + say(
+            f"; rank {rank}: {mine.error} (a consequence: rank {first.rank} stopped first)",
+            f"; rank {rank}: {mine.error} (una consecuencia: el rank {first.rank} se detuvo antes)",
+        )
+    if mine.kind == "timeout":
+        return waited(mine, others, name)
+    return described(mine, name)
+
+
+def stub_message(launch: Launch, name: str, rank: int) -> str | None:
+    """The stub's task line when this rank, or another rank of the scenario, raised NotImplementedError."""
+    ranks = [rank] + [r for r in range(len(launch.results)) if r != rank]
+    for r in ranks:
+        result = launch.results[r].get(name) if r < len(launch.results) else None
+        if result is not None and not result["ok"]:
+            kind, _, message = result["error"].partition(": ")
+            if kind == "NotImplementedError":
+                return message
+    return None
+
+
 def scenario(launch: Launch, name: str, rank: int) -> dict:
     """One rank's result of one scenario; a scenario that raised fails the test with its error (a
     stub's NotImplementedError keeps its "Exercise 1.x" message); a rank that crashed or ran out of
-    time before it reported fails the test with the rank's own last error."""
+    time before it reported fails the test with the rank's own last error. When another rank's own
+    error is what stopped this one, that error comes first, this rank's as its consequence."""
     result = launch.results[rank].get(name) if rank < len(launch.results) else None
-    if result is None:
-        stopped = launch.errors[rank] if rank < len(launch.errors) else ""
-        connect = re.search(r"could not connect to [^\n]*", stopped)
-        if connect:  # a busy machine, not the code under test: not graded, no point lost
-            pytest.skip(f"{NOT_GRADED}: rank {rank} {connect.group(0)}")
-        raise AssertionError(
-            say(
-                f"rank {rank} stopped before it reported {name!r}: ",
-                f"el rank {rank} se detuvo antes de informar de {name!r}: ",
-            )
-            + why_it_stopped(launch.errors[rank] if rank < len(launch.errors) else "")
-        )
-    if not result["ok"]:
-        kind, _, message = result["error"].partition(": ")
-        if kind == "NotImplementedError":
-            raise NotImplementedError(message)
-        raise AssertionError(
-            f"rank {rank}, {name}: {explain(result['error'])}{where_in_yours(result.get('trace', ''))}"
-        )
-    return result
+    if result is not None and result["ok"]:
+        return result
+    connect = next((m for e in launch.errors if (m := re.search(r"could not connect to [^\n]*", e or ""))), None)
+    if result is None and connect:  # a busy machine, not the code under test: not graded, no point lost
+        pytest.skip(f"{NOT_GRADED}: rank {rank}: {connect.group(0)}")
+    stub = stub_message(launch, name, rank)
+    if stub is not None:
+        raise NotImplementedError(stub)
+    raise AssertionError(diagnose(launch, name, rank))

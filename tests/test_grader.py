@@ -5,7 +5,10 @@
   traceback; one exercise is graded in seconds.
 * An exercise earns its points alone: with only some exercises written, exactly those score.
 * Each classic mistake in ``tests/pitfalls/`` loses exactly the points of the tests written to
-  catch it, and a crashed rank's reason is its own error with the usual cause.
+  catch it, and a crashed rank's reason is its own error with the likely cause.
+* The grader names the real cause: a rank that crashed comes first with its own error and the
+  learner's line, the others' "connection closed" after it as consequences; a time-out says which rank
+  waited for which; known symptoms (a freed unit used, a micro-batch still held) get a likely cause.
 * The report speaks Spanish when asked; the catalog (``minigpt/exercises.toml``) matches the stubs;
   the stubs keep the reference's signatures; every graded test names its exercise.
 """
@@ -24,6 +27,7 @@ import pytest
 from minigpt import grader, impl
 from tests.grading import write_exercises
 from tests.limits import HINT, limit
+from tests.ranks import Launch, explain, scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = {
@@ -107,8 +111,31 @@ def test_untouched_stubs_score_zero_quickly_each_with_its_task(stubs_graded):
             assert r.reason.startswith(f"Exercise {r.exercise}: "), f"{r.name} ({r.exercise}): {r.reason}"
     lines = report.text.splitlines()
     assert not any("Traceback" in line or line.lstrip().startswith('File "') for line in lines), report.text
-    assert sum(line.lstrip().startswith("−") for line in lines) == len(report.results)  # one line per lost test
+    # focused: a lab with nothing written yet is one line, which says where to start
+    assert len(lines) <= 60, f"{len(lines)} lines for the untouched stubs, expected at most 60:\n{report.text}"
+    for lab, title in LABS.items():
+        first = min((e for e in impl.EXERCISES if e.split(".")[0] == str(int(lab))), key=lambda e: int(e.split(".")[1]))
+        line = (
+            f"Lab {lab} · {title} · 0/{lab_points(lab)} · nothing written yet (start: make hint EX={first} · "
+            f"make grade EX={first})"
+        )
+        assert line in lines, report.text
     assert report.seconds < limit(90), f"grading the stubs took {report.seconds:.0f} s, over {limit(90):g} s ({HINT})"
+
+
+def test_one_lab_of_stubs_shows_every_exercise_and_what_all_together_waits_for(monkeypatch):
+    """A lab asked for (or being worked on) shows every exercise, its task lines, one line per lost
+    test; its "All together" row says which exercises it waits for, not another stub's message."""
+    report = grade(monkeypatch, lab="00")
+    lines = report.text.splitlines()
+    assert sum(line.lstrip().startswith("−") for line in lines) == len(report.results), report.text
+    for exercise in ("0.1", "0.2", "0.3", "0.4"):
+        assert any(line.startswith(f"  Exercise {exercise} · ") for line in lines), report.text
+    waits = [line for line in lines if "test_all_together" in line]
+    assert waits and all(line.endswith("waits for Exercises 0.1, 0.2, 0.3, 0.4 (not written yet)") for line in waits), (
+        report.text
+    )
+    assert "A hint: make hint EX=0.1" in report.text, report.text
 
 
 @pytest.mark.parametrize("exercise", ["1.1", "1.3"])
@@ -125,6 +152,11 @@ def test_an_exercise_earns_its_points_alone(monkeypatch, tmp_path):
     report = grade(monkeypatch, write_exercises(tmp_path / "some", written))
     for exercise, (earned, total) in by_exercise(report).items():
         assert earned == (total if exercise in written else 0), f"Exercise {exercise}: {earned}/{total}\n{report.text}"
+    # the labs being worked on show every exercise, the others one line each; All together waits
+    assert "waits for Exercises 0.1, 0.3, 0.4 (not written yet)" in report.text, report.text
+    assert "waits for Exercises 1.1, 1.2, 1.4 (not written yet)" in report.text, report.text
+    for lab in ("04", "05", "06"):
+        assert f"Lab {lab} · {LABS[lab]} · 0/{lab_points(lab)} · nothing written yet" in report.text, report.text
 
 
 def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, tmp_path):
@@ -141,8 +173,8 @@ def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, 
 def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     """tests/pitfalls/ holds classic mistakes: for Lab 00 a transposed mask, a per-token loss and
     rows silently dropped (and one correct answer); for Lab 01 a ring that passes whole tensors,
-    buckets launched in arrival order, no_sync ignored, and no check for a parameter without
-    gradient; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
+    buckets that ignore the dtype, buckets launched in arrival order, no_sync ignored, no check for a
+    parameter without gradient, and the averages copied back instead of each .grad its slot; for Lab 02 no working buffer and half an offload, a ZeRO-2 that keeps whole
     gradients, HSDP replicas that all-reduce the whole gradient, and a ZeRO-1 step that moves
     parameters no rank gave a gradient; for Lab 03 BACKWARD_POST taken for BACKWARD_PRE, the
     largest local norm taken for the global one, and the tied output layer made a unit; for Lab 04 a
@@ -150,7 +182,7 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     storage: a lost test, not a hang), the reduce-scatter's sum not divided by the world size, the
     local norm taken for the global one, and the prefetch of the unit whose backward just ran. Each
     mistake costs exactly the tests written to catch it, and the lab's end-to-end test when it
-    changes what training computes (Lab 01's four mistakes leave a 2-rank MiniGPT run right; Lab
+    changes what training computes (Lab 01's mistakes leave a 2-rank MiniGPT run right; Lab
     04's wrong prefetch computes the same weights but gathers a freed unit again, and the
     end-to-end test counts the bytes of a step); for Lab 05 the row-parallel bias added on every rank
     before the sum, f's all-reduce moved into forward (f written as g), an online softmax that does
@@ -170,8 +202,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_all_together_two_simulated_ranks_train_like_the_reference": 2,
         "test_ring_sends_chunks_not_the_whole_tensor": 2,
         "test_ring_leaves_every_rank_with_the_same_bits": 1,
+        "test_buckets_close_when_they_reach_the_cap": 1,
         "test_ddp_launches_buckets_in_the_same_order_on_every_rank": 1,
         "test_ddp_no_sync_accumulates_locally": 1,
+        "test_ddp_finish_counts_bytes_and_is_harmless_twice": 1,
         "test_ddp_unused_parameter_is_an_error_that_names_it": 1,
         "test_recipes_and_working_buffer": 2,
         "test_offload": 2,
@@ -213,10 +247,10 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
         "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
-    # with the usual cause, not "it crashed"
+    # with the likely cause, not "it crashed"
     order = next(r for r in report.results if r.name == "test_ddp_launches_buckets_in_the_same_order_on_every_rank")
     assert "Is there a distributed collective mismatch" in order.reason, order.reason
-    assert "usual cause: the ranks ran different collectives" in order.reason, order.reason
+    assert "likely cause: the ranks ran different collectives" in order.reason, order.reason
     assert "enforce fail" not in order.reason and ".cc:" not in order.reason, order.reason
     unwatched = next(
         r for r in report.results if r.name == "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b"
@@ -304,6 +338,154 @@ def test_a_backward_step_that_keeps_the_input_gradient_loses_its_points(monkeypa
     )
     assert "does backward_step send the input's gradient back?" in steps.reason, steps.reason
     assert "s for the gradient of micro-batch 0 from stage" in steps.reason, steps.reason
+
+
+# the rows of issue 30's table: each mistake loses exactly its points, with a reason that names its cause
+NAMED_CAUSES = {
+    "chunked_fsdp": (
+        "4.1",
+        {"test_shard_rows_pads_and_cuts_equal_shards": 2},
+        ("IndexError", "(in lab04_fsdp.py, line ", ", shard_rows)"),
+    ),
+    "slot_twice_fsdp": (
+        "4.2",
+        {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
+        ("a module held under two names", "expected one slot per (module, attribute)"),
+    ),
+    ".": (  # tests/pitfalls/ itself: pre_backward that does not gather the unit again
+        "4.3",
+        {
+            "test_hooks_gradients_equal_the_reference_fsdp": 2,
+            "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
+            "test_hooks_follow_fsdp2_order": 1,
+        },
+        ("pre_backward of blocks.3 returned with the unit's parameters freed", "its backward reads them next"),
+    ),
+    "one_number_norm_fsdp": (
+        "4.4",
+        {"test_global_grad_norm_is_the_norm_of_the_whole_gradient": 2},
+        ("expected one all-reduce of 43", "no longer FSDP2's norm to the bit"),
+    ),
+    "held_pipeline": (
+        "6.2",
+        {"test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2},
+        ("B ran for micro-batches [0, 1, 2, 3], but each was still in held afterwards", "held.pop(i)"),
+    ),
+}
+
+
+@pytest.mark.parametrize("folder", list(NAMED_CAUSES))
+def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(monkeypatch, folder):
+    """Issue 30's table, one exercise graded at a time: shards cut with torch.chunk lose the shard
+    test with the IndexError and the learner's line, and the correct gather_rows keeps its point; a
+    module met twice counted twice; a unit not gathered again in pre_backward, named by its hook
+    instead of "storage of size 0"; the norm summed as one number per rank; held[i] read instead of
+    popped, named as still held (backward did run)."""
+    exercise, expected, words = NAMED_CAUSES[folder]
+    report = grade(monkeypatch, (PITFALLS / folder).resolve(), exercise=exercise)
+    assert lost(report) == expected, report.text
+    assert report.earned == report.total - sum(expected.values()), report.text
+    for r in report.results:
+        if not r.passed:
+            assert r.kind == "failed" and all(w in r.reason for w in words), f"{r.name}: {r.reason}"
+
+
+# tests/pitfalls/one_rule_each/: one stated rule broken per exercise, graded one exercise at a time
+ONE_RULE_EACH = {
+    "0.4": {"test_lr_schedule": 2},  # the warm-up counted from step 1
+    "1.2": {  # a bucket closed before the parameter that would pass the cap, not when it reaches it
+        "test_buckets_reverse_order_up_to_the_cap": 2,
+        "test_buckets_close_when_they_reach_the_cap": 1,
+        "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
+    },
+    "2.3": {"test_communication_per_stage": 2, "test_hsdp_traffic_inside_and_across": 2},  # ZeRO-3 gathers once
+    "2.4": {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1},  # a repeated parameter kept twice
+    "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
+    "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
+    "5.3": {  # the vocabulary's padding columns counted as words
+        "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
+        "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
+    },
+}
+
+
+@pytest.mark.parametrize("exercise", list(ONE_RULE_EACH))
+def test_each_stated_rule_broken_alone_loses_exactly_its_tests(monkeypatch, exercise):
+    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/, one mistake per
+    exercise; the others' rules are in tests/pitfalls/ and its one-mistake folders): the tests of that
+    rule fail, and only they."""
+    report = grade(monkeypatch, PITFALLS / "one_rule_each", exercise=exercise)
+    assert lost(report) == ONE_RULE_EACH[exercise], report.text
+    assert all(r.kind == "failed" for r in report.results if not r.passed), report.text
+
+
+def launch_of(*outcomes: dict | str) -> Launch:
+    """A launch of len(outcomes) ranks that ran scenario "s@4.1": each rank's result (a dict), or, for
+    a rank that stopped before it reported, its stderr (a str)."""
+    results = [{"s@4.1": o} if isinstance(o, dict) else {} for o in outcomes]
+    return Launch(results, [o if isinstance(o, str) else "" for o in outcomes])
+
+
+def failed(error: str, trace: str = "") -> dict:
+    return {"ok": False, "error": error, "trace": trace}
+
+
+def test_the_crashed_ranks_own_error_comes_first_and_the_others_are_its_consequences(monkeypatch):
+    monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
+    mine = impl.exercises_dir() / "lab04_fsdp.py"
+    trace = f'Traceback (most recent call last):\n  File "{mine}", line 40, in shard_rows\nIndexError: tuple index out of range'
+    launch = launch_of(
+        failed("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"),
+        failed("IndexError: tuple index out of range", trace),
+    )
+    for rank in (0, 1):
+        with pytest.raises(AssertionError) as caught:
+            scenario(launch, "s@4.1", rank)
+        reason = str(caught.value)
+        assert reason.startswith(
+            "rank 1, s@4.1: IndexError: tuple index out of range (in lab04_fsdp.py, line 40, shard_rows)"
+        ), reason
+        assert rank == 1 or reason.endswith("(a consequence: rank 1 stopped first)"), reason
+        assert ".cc:" not in reason, reason
+    # a rank that crashed outright (no result): its stderr's last error and line, first
+    crashed = launch_of(
+        failed("RuntimeError: Connection reset by peer"),
+        f'{trace}\nterminate called after throwing an instance of "c10::Error"\n  what():  boom: bad shard',
+    )
+    reason = str(pytest.raises(AssertionError, scenario, crashed, "s@4.1", 0).value)
+    assert reason.startswith("rank 1 stopped before it reported 's@4.1': boom: bad shard (in lab04_fsdp.py, line 40"), (
+        reason
+    )
+    # a stub on the other rank: not written yet, not a failure
+    with pytest.raises(NotImplementedError, match="Exercise 4.1: cut the rows"):
+        scenario(
+            launch_of(
+                failed("RuntimeError: Connection closed by peer"),
+                failed("NotImplementedError: Exercise 4.1: cut the rows"),
+            ),
+            "s@4.1",
+            0,
+        )
+
+
+def test_a_time_out_says_which_rank_waited_for_which_and_known_symptoms_their_likely_cause(monkeypatch):
+    timeout = "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation to complete"
+    skipped = str(pytest.raises(AssertionError, scenario, launch_of(failed(timeout), {"ok": True}), "s@4.1", 0).value)
+    assert "rank 0 waited 20 s in a collective for rank 1, which finished 's@4.1' without starting it" in skipped, (
+        skipped
+    )
+    both_wait = str(
+        pytest.raises(AssertionError, scenario, launch_of(failed(timeout), failed(timeout)), "s@4.1", 1).value
+    )
+    assert "rank 1 waited 20 s in a collective for rank 0, which was waiting too" in both_wait, both_wait
+    freed = "RuntimeError: setStorage: sizes [609, 128], strides [128, 1], storage offset 0, and itemsize 4 requiring a storage size of 311808 are out of bounds for storage of size 0"
+    assert "likely cause: a unit's parameters were used while freed" in explain(freed)
+    held = "ValueError: stage 1's schedule ended with micro-batches [0, 1, 2, 3] never run backward"
+    assert "likely cause: a micro-batch still held at the end of the step" in explain(held)
+    monkeypatch.setenv("MINIGPT_LANG", "es")
+    assert "causa probable: se usaron los parámetros de una unidad mientras estaban liberados" in explain(freed)
+    skipped = str(pytest.raises(AssertionError, scenario, launch_of(failed(timeout), {"ok": True}), "s@4.1", 0).value)
+    assert "el rank 0 esperó 20 s en una colectiva al rank 1, que terminó 's@4.1' sin empezarla" in skipped, skipped
 
 
 def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(monkeypatch, tmp_path):

@@ -222,13 +222,27 @@ def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
 @pytest.mark.exercise("1.2")
 @pytest.mark.points(1)
 def test_buckets_close_when_they_reach_the_cap(assign_buckets):
-    """A bias (16 bytes) below a 20-byte cap waits for the weight after it: no message of 16 bytes."""
+    """A bias (16 bytes) below a 20-byte cap waits for the weight after it: no message of 16 bytes.
+    And a parameter of another dtype closes the bucket (a bucket is one flat buffer)."""
     for cap, expected in [
         (20, [["2.bias", "2.weight"], ["1.bias", "1.weight"], ["0.bias", "0.weight"]]),
         (10, [["2.bias"], ["2.weight"], ["1.bias"], ["1.weight"], ["0.bias"], ["0.weight"]]),
     ]:
         got = names(assign_buckets(stack(), cap))
         assert got == expected, stack_layout(cap, got, expected)
+    # a bucket is one flat buffer: one dtype. A float64 layer in the middle closes the bucket before it.
+    mixed = stack()
+    mixed[1].double()
+    got = names(assign_buckets(mixed, 10_000))
+    expected = [["2.bias", "2.weight"], ["1.bias", "1.weight"], ["0.bias", "0.weight"]]
+    assert got == expected, say(
+        f"assign_buckets(three Linear(4, 4), the middle one float64, 10000 bytes): got {shown(got)}, expected "
+        f"{shown(expected)}: a bucket is one flat buffer of one dtype on one device, so a parameter of another dtype "
+        "closes the bucket before it and starts the next",
+        f"assign_buckets(tres Linear(4, 4), el del medio float64, 10000 bytes): da {shown(got)}, se espera "
+        f"{shown(expected)}: un bucket es un único búfer plano de un dtype en un dispositivo, así que un parámetro "
+        "de otro dtype cierra el bucket anterior y empieza el siguiente",
+    )
 
 
 @pytest.mark.exercise("1.2")
@@ -404,6 +418,14 @@ def test_ddp_ring_switch_gives_the_same_gradients(ranks):
 @pytest.mark.points(1)
 def test_ddp_finish_counts_bytes_and_is_harmless_twice(ranks):
     for r, result in enumerate(both(ranks, "ddp_toy@1.4")):
+        assert not result["grads_not_in_buckets"], say(
+            f"rank {r}: after backward the .grad of {result['grads_not_in_buckets']} is not a view of its bucket's "
+            "buffer: expected each .grad to be its slot (p.grad = self._slot(p)), where the average is, with no copy "
+            "back",
+            f"rank {r}: tras la pasada hacia atrás el .grad de {result['grads_not_in_buckets']} no es una vista del "
+            "búfer de su bucket: se espera que cada .grad sea su hueco (p.grad = self._slot(p)), donde está la media, "
+            "sin copiarla de vuelta",
+        )
         assert result["bytes_all_reduced"] == 896, say(
             f"rank {r}: bytes_all_reduced is {result['bytes_all_reduced']}, expected 896: the bytes of all the "
             "buffers, 224 trainable floats x 4 bytes (the frozen layer out, the tied weight once)",

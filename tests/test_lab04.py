@@ -83,6 +83,8 @@ def test_shard_rows_pads_and_cuts_equal_shards(lab04):
 @pytest.mark.exercise("4.1")
 @pytest.mark.points(1)
 def test_gather_rows_gives_back_the_whole_tensor(fsdp_scratch):
+    """Your gather_rows on 2 ranks, from the reference's shards: a wrong shard_rows costs the test
+    above, not this one."""
     for rank, result in enumerate(both(fsdp_scratch, "gather@4.1")):
         for case in result["cases"]:
             assert case["equal"], say(
@@ -135,9 +137,32 @@ def test_unit_parameters_tied_weight_once_nested_blocks_skipped(lab04, minigpt):
     )
 
 
+class SharedModule(nn.Module):
+    """One Linear held under two names (``first`` and ``again``): one module, met twice by the walk."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+        self.again = self.first
+        self.last = nn.Linear(3, 2)
+
+
 @pytest.mark.exercise("4.2")
 @pytest.mark.points(1)
 def test_unit_parameters_frozen_owned_and_every_slot_named(lab04, minigpt):
+    """Frozen parameters owned, every slot named (module, attribute, qualified name), and a module
+    met twice under two names still one slot: the unit puts the gathered tensor there once."""
+    shared = SharedModule()
+    for _, slots in owned(lab04, shared, []):
+        places = [(id(module), attr) for module, attr, _ in slots]
+        assert len(places) == len(set(places)), say(
+            f"a module held under two names (first and again) gave its parameter {len(places)} slots "
+            f"{short([name for _, _, name in slots])}: expected one slot per (module, attribute), the module met "
+            "twice counted once (compare modules with `is`)",
+            f"un módulo guardado con dos nombres (first y again) dio a su parámetro {len(places)} huecos "
+            f"{short([name for _, _, name in slots])}: se espera un hueco por (módulo, atributo), el módulo "
+            "encontrado dos veces contado una sola vez (compara módulos con `is`)",
+        )
     minigpt.blocks[0].attn.requires_grad_(False)
     params = owned(lab04, minigpt, [])
     distinct = list(minigpt.parameters())
@@ -270,6 +295,16 @@ def test_global_grad_norm_is_the_norm_of_the_whole_gradient(fsdp_scratch):
             "gradient (the same on every rank: the local norms' squares summed over the ranks), as a tensor",
             f"rank {rank}: global_grad_norm devolvió {got:.6g}, se espera {expected:.6g}, la norma del gradiente "
             "entero (la misma en cada rank: los cuadrados de las normas locales sumados entre los ranks), como tensor",
+        )
+        calls, pieces = result["all_reduces"], result["with_gradient"]
+        assert calls == [pieces], say(
+            f"rank {rank}: global_grad_norm called dist.all_reduce on {short(calls)} elements, expected one all-reduce "
+            f"of {pieces}: the squared norm of each parameter's piece, summed over the ranks parameter by parameter "
+            "(one number per rank sums in another order: equal on paper, no longer FSDP2's norm to the bit)",
+            f"rank {rank}: global_grad_norm llamó a dist.all_reduce con {short(calls)} elementos, se espera un solo "
+            f"all-reduce de {pieces}: el cuadrado de la norma del trozo de cada parámetro, sumado entre los ranks "
+            "parámetro a parámetro (un número por rank suma en otro orden: igual sobre el papel, pero ya no es la "
+            "norma de FSDP2 bit a bit)",
         )
 
 

@@ -36,7 +36,7 @@ SHAPES = [(p, m) for p in range(1, 7) for m in range(1, 10)]  # m < p included: 
 def every_stage(launch: Launch, name: str) -> list[dict]:
     """Each stage's result of scenario ``name``; when stages failed, the error of the one that
     failed first in the chain (a stage's own error rather than its neighbour's timeout waiting
-    for it), with the usual cause when it is a known one."""
+    for it), with the likely cause when it is a known one."""
     results, failures = [], []
     for r in range(STAGES):
         try:
@@ -147,6 +147,17 @@ def check_gradients(launch: Launch, name: str, what: str) -> None:
         )
 
 
+def still_held(where: str, kept: list[int]) -> str:
+    return say(
+        f"{where}: B ran for micro-batches {kept}, but each was still in held afterwards: the stage kept its "
+        "activations and graph until the end of the step (backward_step must take micro-batch i out of held, "
+        "held.pop(i), not only read it)",
+        f"{where}: B se ejecutó para los microlotes {kept}, pero cada uno seguía en held después: la etapa "
+        "conservó sus activaciones y su grafo hasta el final del paso (backward_step debe sacar el microlote i de "
+        "held, held.pop(i), no solo leerlo)",
+    )
+
+
 @pytest.mark.exercise("6.2")
 @pytest.mark.points(3)
 def test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b(pipeline_scratch):
@@ -160,6 +171,7 @@ def test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says(pipe
     for name, what in STEP_SCENARIOS.items():
         for r, got in enumerate(every_stage(pipeline_scratch, name)):
             where = say(f"{what}, stage {r}", f"{what}, etapa {r}")
+            assert not got["kept"], still_held(where, got["kept"])
             assert got["bytes"] == got["bytes_model"], say(
                 f"{where}: sent {got['bytes']} bytes in the step, expected step_bytes_model's {got['bytes_model']} "
                 "(each micro-batch's activations once down, their gradient once up, and the tied matrix's gradient)",
@@ -185,6 +197,7 @@ def test_all_together_your_1f1b_pipeline_equals_one_process(pipeline_scratch):
     for name, what in {"all@all": "your 1F1B, m=4", "all-m2@all": "your 1F1B, m=2 < 3 stages"}.items():
         check_gradients(pipeline_scratch, name, what)
         for r, got in enumerate(every_stage(pipeline_scratch, name)):
+            assert not got["kept"], still_held(say(f"{what}, stage {r}", f"{what}, etapa {r}"), got["kept"])
             assert (got["bytes"], got["peak"]) == (got["bytes_model"], got["peak_expected"]), say(
                 f"{what}, stage {r}: {got['bytes']} bytes sent and {got['peak']} micro-batches held at most, "
                 f"expected {got['bytes_model']} and {got['peak_expected']}",

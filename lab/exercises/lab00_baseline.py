@@ -5,9 +5,11 @@ Fill in each function, then grade yourself:
     make grade LAB=00          # this lab: points per exercise, one line per lost point
     make grade EX=0.1          # one exercise (the reference stands in for the others)
     make grade LAB=00 LANG=es  # el informe en español
+    make hint EX=0.2           # stuck? the next hint of one exercise (one more on each call)
 
-Each stub has the signature of the reference in ``minigpt/`` and says what to build. Read the
-lab guide first: ``lab/00-minigpt-baseline.md``.
+Each stub has the signature of the reference in ``minigpt/`` and states its task: what the function
+must achieve, its contract (inputs, outputs, shapes, what must hold) and why it matters. The steps
+are in the hints. Read the lab guide first: ``lab/00-minigpt-baseline.md``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def rank_slice(batch_size: int, rank: int, world_size: int) -> slice:
     Rank ``r`` of ``N`` gets rows ``r*B/N`` to ``(r+1)*B/N - 1`` (a ``slice``). Raise
     ``ValueError`` with a message that names the values when ``world_size < 1``, when ``rank``
     is not in ``0..world_size-1``, or when ``batch_size`` is not divisible by ``world_size``.
+
+    Why: together the N slices are exactly the batch one process trains on, each row once, which
+    is what makes a distributed run comparable with one process. Silently dropping or repeating the
+    rows that do not divide would train on another batch.
     """
     raise NotImplementedError(
         "Exercise 0.3: return slice(r*B/N, (r+1)*B/N) and reject a batch the world size does not divide"
@@ -58,7 +64,11 @@ def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> f
 
     For ``step < warmup``: ``max_lr * (step + 1) / warmup``. After that, a half cosine from
     ``max_lr`` (at ``step == warmup``) down to ``min_lr`` (at ``step == total``), and ``min_lr``
-    for any later step.
+    for any later step. Return a Python float.
+
+    Why: Adam's second-moment estimate is poor in the first steps, and full-size steps taken on it
+    can throw the weights where training does not recover; the decay lets the last steps settle.
+    Every rank computes the same rate from the same step, so no rank needs to send it.
     """
     raise NotImplementedError(
         "Exercise 0.4: linear warm-up to max_lr over `warmup` steps, then cosine decay to min_lr at `total`"

@@ -5,9 +5,11 @@ Fill in the four pieces, then grade yourself:
     make grade LAB=01          # this lab: points per exercise, one line per lost point
     make grade EX=1.1          # one exercise (the reference stands in for the others)
     make grade LAB=01 LANG=es  # el informe en español
+    make hint EX=1.1           # stuck? the next hint of one exercise (one more on each call)
     torchrun --nproc_per_node=2 lab/01_ddp.py --check --impl exercises   # train with yours
 
-Read the lab guide first: ``lab/01-ddp-from-scratch.md``. The reference is in
+Read the lab guide first: ``lab/01-ddp-from-scratch.md``. Each stub states its task: what it must
+achieve, its contract, and why it matters; the steps are in the hints. The reference is in
 ``minigpt/parallel/ring.py`` and ``minigpt/parallel/ddp.py``; try not to peek.
 
 Your :class:`BucketedDDP` inherits the scaffolding from the reference (broadcast at start,
@@ -42,19 +44,21 @@ def ring_all_reduce(
 ) -> torch.Tensor:
     """Exercise 1.1: the ring all-reduce, in place.
 
-    ``tensor`` is contiguous; work on ``tensor.view(-1)``. Cut it into ``world_size`` chunks with
-    ``chunk_bounds`` (lengths need not divide evenly). Then
+    What: when it returns, ``tensor`` holds on every rank of ``group`` the element-wise sum of
+    every rank's ``tensor`` (``op="sum"``) or their mean (``op="avg"``), the same bits on every rank,
+    and it is the tensor returned (reduced in place, not a copy).
 
-    1. reduce-scatter, ``world_size - 1`` steps: at step s, send chunk (rank - s - 1) and
-       receive chunk (rank - s - 2) (mod world_size) into a fresh tensor, and add it into place;
-       afterwards chunk ``rank`` holds the full sum;
-    2. for ``op == "avg"`` divide your finished chunk by the world size;
-    3. all-gather, ``world_size - 1`` steps: send chunk (rank - s), receive chunk
-       (rank - s - 1) straight into place.
+    Contract: ``tensor`` is contiguous, of any length: cut its flat view into ``world_size`` chunks
+    with ``chunk_bounds`` (lengths need not divide evenly). Data moves only through
+    ``exchange(position, outgoing, incoming, counter or COUNTER)``, ``position`` being
+    ``ring_position(group)``: it sends ``outgoing`` to the right neighbour while it receives
+    ``incoming`` from the left one, and counts the bytes. Pass chunks, never the whole tensor: each
+    rank sends 2(N-1)/N of the tensor in all (the tests count it). Any other ``op`` is a ValueError.
 
-    Move data only through ``exchange(position, outgoing, incoming, counter or COUNTER)``: pass
-    chunks, never the whole tensor (the tests count the bytes: 2(N-1)/N of the tensor). Reject
-    an unknown ``op`` with ValueError. Return ``tensor``.
+    Why: it is the algorithm under every data-parallel all-reduce. A reduce-scatter round the ring
+    leaves each rank one finished chunk of the sum; an all-gather round the ring hands every
+    finished chunk to every rank. The bytes a rank sends hardly grow with the number of ranks, and
+    since each chunk is summed once, by one rank, every rank ends with the same bits.
     """
     raise NotImplementedError("Exercise 1.1: ring all-reduce = reduce-scatter then all-gather, chunk by chunk")
 
@@ -62,7 +66,7 @@ def ring_all_reduce(
 def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:
     """Exercise 1.2: group the trainable parameters into buckets.
 
-    Return a list of buckets, each a list of ``(name, parameter)``:
+    Return a list of buckets, each a list of ``(name, parameter)``, with these rules:
 
     * leave out parameters with ``requires_grad=False``;
     * a parameter shared by two modules (tied weights) appears once; name it by all its names
@@ -75,6 +79,12 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
       a message of its own;
     * a bucket holds one dtype on one device: a parameter of another dtype or device closes the
       current bucket and starts the next.
+
+    Why: one all-reduce per parameter pays a fixed latency per message; one for everything waits for
+    the end of backward. Backward produces gradients roughly in reverse registration order, so the
+    first bucket fills early and its all-reduce travels while backward goes on. A frozen parameter
+    never gets a gradient (a bucket waiting for it would wait forever), and a tied one has one
+    ``.grad`` whose hook fires once.
     """
     raise NotImplementedError(
         "Exercise 1.2: buckets in reverse order, closed when they reach the cap; skip frozen, tied once"
@@ -85,20 +95,26 @@ class BucketedDDP(_Scaffold):
     assign_buckets = staticmethod(assign_buckets)
 
     def _on_grad_ready(self, param: nn.Parameter) -> None:
-        """Exercise 1.3a: the hook, called with the *parameter* (its ``.grad`` is ready).
+        """Exercise 1.3a: the hook, called with the *parameter* once its ``.grad`` is final for this
+        backward (the argument is the parameter, not the gradient).
 
-        Do nothing when ``self._sync_this_backward`` is False (``no_sync``). On the first call of
-        a backward pass: set ``self._backward_started``, reset ``self._next_bucket`` and every
-        bucket (``bucket.reset()``), and queue ``self.finish_gradient_synchronization`` with
-        ``torch.autograd.Variable._execution_engine.queue_callback``.
+        What must hold when it returns:
 
-        Then only keep count (the hook runs once per parameter, and every Python call costs
-        microseconds): mark the parameter ready in its bucket
-        (``self.buckets[self._bucket_of[id(param)]]``: add ``id(param)`` to ``bucket.ready``; set
-        ``bucket.first_ready_s`` the first time and ``bucket.last_ready_s`` when it is full, from
-        ``self._now()``: the timeline test reads them), and launch (``self._launch``) every
-        complete bucket *in index order*: bucket k may go only after buckets 0..k-1, so that every
-        rank launches the same bucket first.
+        * under ``no_sync`` (``self._sync_this_backward`` False) nothing happened at all;
+        * a backward pass has started once (``self._backward_started``): at its first hook
+          ``self._next_bucket`` and every bucket (``bucket.reset()``) were reset, and
+          ``self.finish_gradient_synchronization`` was queued to run when backward ends
+          (``torch.autograd.Variable._execution_engine.queue_callback``);
+        * the parameter is marked ready in its bucket (``self.buckets[self._bucket_of[id(param)]]``,
+          whose ``.ready`` holds ``id(param)``), with ``bucket.first_ready_s`` set at the bucket's
+          first ready parameter and ``bucket.last_ready_s`` when it became full (``self._now()``:
+          the timeline test reads them);
+        * every complete bucket whose predecessors have all been launched has been launched
+          (``self._launch``), bucket 0 first, and ``self._next_bucket`` is the first not launched.
+
+        Why: collectives are matched by the order they are called in, not by name: if ranks launch
+        their buckets in the order gradients arrive, two ranks can all-reduce different buckets at
+        the same moment. And the hook runs once per parameter, in Python: it should only keep count.
         """
         raise NotImplementedError(
             "Exercise 1.3: the hook marks the parameter ready and launches complete buckets in index order"
@@ -107,26 +123,35 @@ class BucketedDDP(_Scaffold):
     def _launch(self, bucket: Bucket) -> None:
         """Exercise 1.3b: fill the bucket and start its asynchronous all-reduce.
 
-        Set ``bucket.launched_s = self._now()``. Move the bucket's gradients into its buffer in
-        one call, ``torch._foreach_copy_(bucket.views, [p.grad for p in bucket.params])``, and
-        divide the buffer by ``self.world_size`` in place. Then start the sum over the ranks
-        without waiting for it: ``dist.all_reduce(bucket.buffer, group=self.process_group,
-        async_op=True)`` (keep the returned work in ``bucket.handle`` as ``_Pending(work=...)``),
-        or, when ``self.collective == "ring"``, your ``ring_all_reduce`` submitted to
-        ``self._ring_thread`` (a ``ThreadPoolExecutor``: ``_Pending(future=...)``; count the bytes
-        into ``self.ring_bytes``, a ``ByteCounter``).
+        What must hold when it returns: ``bucket.launched_s`` is ``self._now()``; ``bucket.buffer``
+        holds every gradient of the bucket (each in its slot: ``bucket.views`` are the slots, in
+        the order of ``bucket.params``) divided by ``self.world_size``, copied in **one** call; and a
+        sum of the buffer over ``self.process_group`` is in flight, not waited for, its handle in
+        ``bucket.handle`` (a ``_Pending``: ``_Pending(work=...)`` for ``dist.all_reduce(...,
+        async_op=True)``, ``_Pending(future=...)`` for a job of ``self._ring_thread``). With
+        ``self.collective == "ring"`` the sum is your ``ring_all_reduce``, run on that thread, its
+        bytes counted in ``self.ring_bytes`` (a ``ByteCounter``).
+
+        Why: backward goes on computing earlier layers while the bucket travels; that overlap is
+        what bucketing buys. One copy per bucket, not one per parameter: a Python call costs
+        microseconds whatever the tensor's size.
         """
         raise NotImplementedError("Exercise 1.3: copy the bucket's gradients in, divide, start an async all-reduce")
 
     def finish_gradient_synchronization(self) -> None:
         """Exercise 1.4: wait for the buckets; the averages become the gradients.
 
-        Return at once if no backward is in progress (``self._backward_started``); then clear
-        it, so a second call is harmless. If some buckets were never launched, raise
-        RuntimeError naming the parameters that got no gradient (waiting for them would hang).
-        Otherwise wait for every bucket's handle and make each of its parameters' ``.grad`` its
-        slot (``p.grad = self._slot(p)``, or the bucket's ``.views``: a view of the buffer, where the average is; no copy
-        back), set ``self.bytes_all_reduced`` to the bytes of all buffers and add one to
-        ``self.steps_synchronised``.
+        What must hold when it returns: every bucket's all-reduce is finished, and each parameter's
+        ``.grad`` **is** its slot in the buffer (``self._slot(p)``, or ``bucket.views``: a view where
+        the average is, no copy back); ``self.bytes_all_reduced`` is the bytes of all the buffers and
+        ``self.steps_synchronised`` has counted one more step. A call with no backward in progress
+        (``self._backward_started`` False) does nothing, so a second call is harmless. When some
+        bucket was never launched (a parameter got no gradient), it raises RuntimeError naming those
+        parameters instead of waiting.
+
+        Why: PyTorch's DDP promises averaged gradients when ``loss.backward()`` returns, so the
+        training loop does not change; gradients that are views of the buckets cost no memory of
+        their own (``gradient_as_bucket_view=True``). Waiting for a bucket that was never launched
+        would hang every rank: a named error is the only useful answer.
         """
         raise NotImplementedError("Exercise 1.4: wait for every bucket, make each .grad a view of its slot")

@@ -6,8 +6,10 @@ grade yourself:
     make grade LAB=02          # this lab: points per exercise, one line per lost point
     make grade EX=2.1          # one exercise (the reference stands in for the others)
     make grade LAB=02 LANG=es  # el informe en español
+    make hint EX=2.2           # stuck? the next hint of one exercise (one more on each call)
 
-Read the lab guide first: ``lab/02-zero-simulator.md``. The reference is in
+Read the lab guide first: ``lab/02-zero-simulator.md``. Each stub states its task: what it must
+achieve, its contract, and why it matters; the steps are in the hints. The reference is in
 ``minigpt/zero/memory.py``, ``minigpt/zero/comm.py``, ``minigpt/zero/simulate.py`` and
 ``minigpt/parallel/zero1.py``; try not to peek. What you can use:
 
@@ -49,15 +51,21 @@ def device_memory(
 ) -> DeviceMemory:
     """Exercise 2.1: the bytes of model state on one of ``n_devices`` at ZeRO ``stage``.
 
-    Per parameter the recipe gives the weights' bytes, the gradients' and the optimizer's (K).
-    Stage 1 divides the optimizer state by N, stage 2 the gradients too, stage 3 the weights
-    too. Add ``working_buffer(stage, largest_layer, rec)``. Then offload:
-    ``offload_optimizer`` moves the optimizer bytes to ``host_optimizer`` (and, from stage 2,
-    the gradient bytes to ``host_grads``); ``offload_params`` moves the weights to
-    ``host_params`` and is only valid at stage 3.
+    What: a :class:`DeviceMemory` of the bytes one device holds for ``psi`` parameters: its
+    weights, gradients and optimizer state, the working buffer (``working_buffer(stage,
+    largest_layer, rec)``), and what offload moved to the host. The recipe (``recipe(recipe_name)``)
+    gives the bytes per parameter of each: ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (K).
 
-    Raise ValueError for psi <= 0, n_devices < 1 (or not an int), a stage not in 0..3, an
-    unknown recipe, or offload_params below stage 3.
+    Contract: stage 1 shards the optimizer state over the N devices, stage 2 the gradients too,
+    stage 3 the weights too; what is not sharded is whole on every device. Offload moves bytes, it
+    does not remove them: ``offload_optimizer`` puts the optimizer bytes in ``host_optimizer``
+    (and, from stage 2, the gradient bytes in ``host_grads``: the optimizer that updates them runs
+    there); ``offload_params`` puts the weights in ``host_params`` and is only valid at stage 3.
+    Raise ValueError for psi <= 0, n_devices < 1 (or not an int), a stage not in 0..3, an unknown
+    recipe, or offload_params below stage 3.
+
+    Why: this is the ZeRO paper's (2 + 2 + K)Ψ table made a function; the graded tests hold it to
+    the paper's numbers and to what the simulator's workers really hold.
     """
     raise NotImplementedError(
         "Exercise 2.1: per-device memory = weights + gradients + optimizer, each divided by N from its stage on"
@@ -67,18 +75,22 @@ def device_memory(
 def zero2_step(c: Cluster, xs: list, ys: list, rows: int, step: int) -> float:
     """Exercise 2.2: one ZeRO-2 training step on every worker of ``c``; return the loss.
 
-    Start with ``loss = _forward_whole(c, xs, ys, rows)`` (forward on every worker with its
-    whole weights ``w.get(f"weights{u}")``). Then, for each unit u from the last to the first:
+    What: the same step as ``zero1_step`` (every worker holds its weights whole, its optimizer
+    state sharded), but with the gradients sharded too: at no moment does a worker hold more than
+    one unit's whole gradient, and between units only its own chunk of each (``w.get(f"gradshard{u}")``,
+    the chunk ``c.chunk(u, w.rank)``). Afterwards every worker holds the same, updated weights whole.
 
-    1. each worker computes the unit's whole gradient, ``c.backward_unit(w, u, weights)``, and
-       holds it as a *working* buffer (it must not outlive this unit);
-    2. ``c.reduce_scatter`` those buffers (one per worker); ``c.record(...)`` the moment;
-    3. each worker copies the chunk it owns, ``c.chunk(u, w.rank)``, into its gradient shard
-       ``w.get(f"gradshard{u}")`` and drops the working buffer.
+    Contract: the forward is ``_forward_whole(c, xs, ys, rows)`` (it returns the loss). Backward runs
+    unit by unit, from the last to the first, each worker's whole gradient of a unit held as a
+    *working* buffer (``w.hold(name, "working", array)``; it must not outlive the unit) and summed
+    over the workers with one ``c.reduce_scatter`` per unit; ``c.finish_backward(w)`` ends each
+    worker's backward. Each worker updates only its chunk of each unit, ``c.adam_update(w, u,
+    weights, chunk, gradient_shard, step)``, and one ``c.all_gather`` per unit puts the weights back
+    together. ``c.record(label, collective)`` marks each moment (the memory tests read the peaks).
 
-    Then every worker calls ``c.finish_backward(w)`` and updates only its chunk of every unit
-    with ``c.adam_update(w, u, weights, chunk, gradient_shard, step)``; finally every unit's
-    weights are ``c.all_gather``-ed so all workers hold the new weights whole.
+    Why: the reduce-scatter is an all-reduce cut in half: each worker needs only the sum over its
+    own chunk, since it only updates that chunk. Dropping the whole gradient as soon as it is
+    reduced is what saves ZeRO-2's memory; keeping it would be ZeRO-1 with extra steps.
     """
     raise NotImplementedError(
         "Exercise 2.2: ZeRO-2 = reduce-scatter each unit's gradient, keep your chunk, update it, all-gather the weights"
@@ -95,13 +107,22 @@ def step_collectives(
 ) -> list[Collective]:
     """Exercise 2.3: the collectives of one step, as a list of :class:`Collective`.
 
-    Stage 0: one all-reduce of the gradients over the ``shard_degree`` devices (``replicas``
-    must be 1, else ValueError). Stages 1-3: a reduce-scatter of the gradients and an all-gather
-    of the weights (``count=2`` at stage 3 when ``reshard_after_forward``), in the group
-    ``"data"`` when ``replicas == 1`` and ``"shard"`` otherwise; with ``replicas > 1`` add an
-    all-reduce of the gradient shard (``psi / shard_degree`` elements) in the group
-    ``"replica"`` of ``replicas`` devices. Gradients travel at ``recipe.reduce_bytes`` per
-    element, weights at ``recipe.param_bytes``.
+    What: every collective a device joins in one training step of ZeRO ``stage``, sharded over
+    ``shard_degree`` devices and, for HSDP, replicated over ``replicas`` groups; each a
+    ``Collective(op, what, group, group_size, elements, element_bytes, count)`` ("all-reduce",
+    "reduce-scatter" or "all-gather"; "gradients" or "weights"; the group "data", "shard" or
+    "replica").
+
+    Contract: stage 0 (DDP) all-reduces the gradients over the ``shard_degree`` devices and does not
+    shard, so ``replicas`` must be 1 (else ValueError). Stages 1-3 reduce-scatter the gradients and
+    all-gather the weights in the shard group ("data" when ``replicas == 1``, else "shard"); stage 3
+    gathers the weights twice a step when ``reshard_after_forward`` (forward and again for
+    backward). With ``replicas > 1`` the gradient *shard* (``psi / shard_degree`` elements) is also
+    all-reduced across the ``replicas`` groups. Gradients travel at ``recipe.reduce_bytes`` per
+    element, weights at ``recipe.param_bytes``. Bad values (psi, stage, degrees) are ValueErrors.
+
+    Why: with these the course computes the bytes each device sends per step (``bytes_sent`` applies
+    the ring factor) and holds them against what PyTorch's own runs send.
     """
     raise NotImplementedError("Exercise 2.3: list the step's collectives with their groups and sizes")
 
@@ -114,8 +135,11 @@ def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
 
     * leave out a parameter with ``requires_grad=False`` (frozen): it never gets a gradient, and
       in the flat buffers it would cost gradient memory and be exposed to the optimizer;
-    * a parameter listed twice (tied weights, or a user's list that repeats one) appears once:
-      compare by identity (``id(p)``), never with ``==`` (that compares tensors element by element).
+    * a parameter listed twice (tied weights, or a user's list that repeats one) appears once, where
+      it first appears: the same ``Parameter`` object, not a tensor of equal values.
+
+    Why: the flat buffers are cut into equal pieces, one per rank; a frozen or repeated parameter in
+    them costs memory on every rank, and a repeated one would be updated twice per step.
     """
     raise NotImplementedError("Exercise 2.4: the trainable parameters, frozen ones out, each once")
 
@@ -145,13 +169,18 @@ class ZeroOneOptimizer(_Scaffold):
           ``self.local.param_groups`` correspond one to one;
         * ``ring.ring_all_gather(tensor, self.process_group, self.counter)``.
 
-        Do, in order: call ``closure`` (under ``torch.enable_grad()``) if one is given; reduce the
-        gradients; copy every setting but ``"params"`` from each of ``self.param_groups`` into the
-        matching inner group (the learning-rate schedule changes them every step); for every piece
-        of a parameter that **no rank** gave a gradient this step, set the piece's ``.grad`` to
-        None, so that the inner optimizer leaves it alone (``torch.optim`` skips a parameter whose
-        ``.grad`` is None: no weight decay, no momentum, no state change), and put the ``.grad``
-        views back after the inner step; step the inner optimizer; all-gather every group's
-        ``.flat``; set ``self._reduced = False``. Return the closure's loss (or None).
+        What must hold when it returns: ``closure`` (if given) was called, under
+        ``torch.enable_grad()``, and its loss is returned (else None); the gradients were reduced
+        once; each inner group has every setting of its ``self.param_groups`` twin but ``"params"``
+        (the learning-rate schedule changes them every step); this rank's pieces took one step of the
+        inner optimizer, except the pieces of a parameter that **no rank** gave a gradient this step,
+        which are untouched, weights and optimizer state alike, as ``torch.optim`` leaves a parameter
+        whose ``.grad`` is None (and their ``.grad`` views are back in place afterwards); every
+        group's ``.flat`` holds the whole, updated weights on every rank (all-gathered); and
+        ``self._reduced`` is False.
+
+        Why: a ZeRO-1 optimizer must be a drop-in replacement: the same weights as the plain
+        optimizer on one process, step after step, whatever the model does (a layer unused this step
+        must not decay or move with stale momentum).
         """
         raise NotImplementedError("Exercise 2.5: reduce, step the pieces that have a gradient, all-gather")

@@ -5,9 +5,11 @@ Fill in the five pieces, then grade yourself:
     make grade LAB=04          # this lab: points per exercise, one line per lost point
     make grade EX=4.3          # one exercise (the reference stands in for the others)
     make grade LAB=04 LANG=es  # el informe en español
+    make hint EX=4.3           # stuck? the next hint of one exercise (one more on each call)
 
-The reference is the package ``minigpt/parallel/fsdp_by_hand/`` (one concept a file); try not to
-peek. It is ZeRO-3 with FSDP2's design: every parameter is cut along its rows into one padded
+Each stub states its task: what it must achieve, its contract (what holds when it returns, which
+collective it may call) and why it matters; the steps are in the hints. The reference is the package
+``minigpt/parallel/fsdp_by_hand/`` (one concept a file); try not to peek. It is ZeRO-3 with FSDP2's design: every parameter is cut along its rows into one padded
 shard per rank, the module holds its shard between steps, and each *unit* (a module that
 ``fully_shard`` was called on: each block, then the whole model as the root) gathers its
 parameters just before they are needed and frees them right after.
@@ -46,13 +48,18 @@ from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold, _mark_inpu
 def shard_rows(full: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Exercise 4.1a: rank ``rank``'s shard of ``full``, cut along dimension 0 (its rows).
 
-    When ``world_size`` does not divide the rows, ``full`` is first padded with zero rows up to
-    the next multiple (``padded_rows(rows, world_size)``): 609 rows on 2 ranks become 610, so each
-    rank keeps 305 and rank 1's last row is a zero. Every rank's shard then has the same shape,
-    ``(padded_rows / world_size, *full.shape[1:])``, which one all-gather of equal pieces needs.
-    Return a new tensor (not a view of ``full``: the shard lives on while ``full`` is dropped) of
-    ``full``'s dtype and device. A parameter with fewer rows than ranks leaves some ranks only
-    padding.
+    What: the rows of ``full`` padded with zero rows up to a multiple of ``world_size``
+    (``padded_rows(rows, world_size)``), cut into ``world_size`` equal runs of rows: rank r's run.
+    609 rows on 2 ranks become 610: each rank keeps 305, and rank 1's last row is a zero.
+
+    Contract: every rank's shard has the same shape, ``(padded_rows / world_size, *full.shape[1:])``,
+    even for a parameter with fewer rows than ranks (some ranks then hold only padding); the shards
+    of ranks 0, 1, ... put back in order are ``full`` followed by the zero rows; the shard is a new
+    tensor of ``full``'s dtype and device, not a view of ``full``.
+
+    Why: one all-gather of equal pieces is what rebuilds a parameter, and it needs every rank's piece
+    to be the same size (FSDP2 pads the same way). A view would keep ``full``'s whole storage alive:
+    the memory sharding is meant to save.
     """
     raise NotImplementedError("Exercise 4.1: cut the rows into equal shards, padding with zero rows")
 
@@ -60,9 +67,15 @@ def shard_rows(full: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Exercise 4.1b: the whole tensor of ``rows`` rows, rebuilt from every rank's ``shard``.
 
-    One collective, every rank of ``group`` calls it: ``dist.all_gather_single(out, shard,
-    group=group)`` puts rank r's shard at rows ``r * shard.shape[0]`` onwards of ``out`` (a tensor
-    of ``world_size * shard.shape[0]`` rows; the input must be contiguous). Drop the padding rows.
+    What: on every rank of ``group``, the tensor whose rows are rank 0's shard, then rank 1's, ...,
+    without the padding rows at the end: ``rows`` rows, ``shard``'s other dimensions, dtype and device.
+
+    Contract: every rank of ``group`` calls it with a shard of the same shape (what :func:`shard_rows`
+    makes); it uses one collective, an all-gather into one tensor of ``world_size *
+    shard.shape[0]`` rows (``dist.all_gather_single``, whose input must be contiguous).
+
+    Why: this is the "unshard" of ZeRO-3: a unit's parameters exist whole only between this gather
+    and the moment they are freed again.
     """
     raise NotImplementedError("Exercise 4.1: all-gather the shards and drop the padding rows")
 
@@ -70,21 +83,25 @@ def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None 
 def unit_parameters(unit: nn.Module, nested: list[nn.Module]) -> list[tuple[nn.Parameter, list[Slot]]]:
     """Exercise 4.2: the parameters the unit ``unit`` owns, each once, with every place it sits.
 
-    Return a list of ``(parameter, slots)`` in the order parameters are first met walking
-    ``unit.named_modules(remove_duplicate=False)`` (that walk visits a module held twice, e.g.
-    MiniGPT's ``lm_head`` beside ``wte``, under each of its names). A slot is ``(module, attribute
-    name, qualified name)``, e.g. ``(model.lm_head, "weight", "lm_head.weight")``: where the unit
-    must put the gathered tensor. Read a module's own parameters from ``module._parameters`` (a
-    dict that may hold None: skip it). The qualified name is ``prefix + "." + attribute``, or the
-    attribute alone at the top (empty prefix).
+    What: a list of ``(parameter, slots)``, in the order parameters are first met walking
+    ``unit.named_modules(remove_duplicate=False)`` (a walk that visits a module held under two names
+    once per name). A slot is ``(module, attribute name, qualified name)``, e.g. ``(model.lm_head,
+    "weight", "lm_head.weight")``: a place where the unit must put the gathered tensor. A module's
+    own parameters are in ``module._parameters`` (a dict that may hold None: not a parameter). The
+    qualified name is ``prefix + "." + attribute``, or the attribute alone at the top (empty prefix).
+
+    The rules (each one is graded):
 
     * a tied parameter (``model.lm_head.weight is model.wte.weight``) is **one** entry with one
-      slot per module that holds it: gathered once, both uses add into one gradient;
-    * the same module met twice under two names is still one slot (compare modules with ``is``);
+      slot per module that holds it;
+    * the same module met twice under two names is still one slot: one slot per (module, attribute);
     * modules inside a ``nested`` unit (its submodules, itself included) are skipped: a block
       sharded first owns its own parameters;
-    * a frozen parameter (``requires_grad=False``) is owned like any other (it must be sharded
-      and gathered; it simply gets no gradient).
+    * a frozen parameter (``requires_grad=False``) is owned like any other.
+
+    Why: a tied parameter is one parameter: one shard, gathered once, and both uses add into one
+    gradient; owned twice, it would be sent twice and its gradient split in two. A frozen parameter
+    must still be sharded and gathered (the forward reads it); it simply gets no gradient.
     """
     raise NotImplementedError("Exercise 4.2: each parameter once with all its slots, nested units skipped")
 
@@ -92,23 +109,21 @@ def unit_parameters(unit: nn.Module, nested: list[nn.Module]) -> list[tuple[nn.P
 def reduce_gradients(unit) -> None:
     """Exercise 4.4a: after ``unit``'s backward, reduce-scatter the full gradients into the shards.
 
-    Each rank holds ``p.full.grad`` (the whole gradient of its own slice of the batch) for the
-    unit's parameters in ``unit.params``; leave out those whose ``p.full.grad`` is None (unused,
-    or frozen: the same on every rank), and return at once if none is left. Data parallelism
-    wants the mean over the ranks, and each rank keeps only its shard's rows:
+    What: each rank holds ``p.full.grad``, the whole gradient of its own slice of the batch, for the
+    parameters of ``unit.params``. Afterwards each shard's ``.grad`` holds its rows of the **mean over
+    the ranks** of those gradients (the padding rows 0), in ``p.shard``'s shape and dtype, **added**
+    to a ``.grad`` already there (gradient accumulation); and every ``p.full.grad`` is None.
 
-    1. each gradient, converted to ``unit.reduce_dtype``, padded with zero rows to
-       ``world_size * p.shard.shape[0]`` rows (as its shard was) and viewed as
-       ``(world_size, -1)``: row r is rank r's piece;
-    2. the views side by side (``torch.cat(..., dim=1)``), flattened: chunk r of the buffer is
-       rank r's rows of every parameter, in the unit's order;
-    3. call ``unit.record_collective("reduce-scatter", buffer, is_async=False)`` (the tests count
-       the bytes from it), then ``dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM,
-       group=unit.group)`` with ``out`` of ``buffer.numel() // world_size`` elements;
-    4. divide ``out`` by the world size (the mean), cut it into the shards' pieces, in order,
-       each viewed as ``p.shard.shape`` and converted to ``p.shard.dtype``: it becomes
-       ``p.shard.grad``, or is added to a ``.grad`` already there (gradient accumulation);
-    5. drop the full gradients (``p.full.grad = None``): they are the memory FSDP saves.
+    Contract: one collective per call, a reduce-scatter (``dist.reduce_scatter_single`` on
+    ``unit.group``) of one buffer in ``unit.reduce_dtype`` laid out so that chunk r is rank r's rows
+    of every parameter, in the unit's order, each parameter padded as its shard was; announce it
+    first with ``unit.record_collective("reduce-scatter", buffer, is_async=False)`` (the tests count
+    the bytes from it). Parameters whose ``p.full.grad`` is None (unused, or frozen: the same on every
+    rank) take no part; with none left, no collective at all.
+
+    Why: data parallelism wants the mean of the ranks' gradients, and each rank only ever needs the
+    rows it updates: a reduce-scatter is the half of an all-reduce that gives exactly that, for half
+    the bytes. The full gradients are the memory FSDP exists to save: they must not outlive this.
     """
     raise NotImplementedError("Exercise 4.4: reduce-scatter the padded gradients, mean over ranks, into the shards")
 
@@ -118,16 +133,22 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
     """Exercise 4.4b: the 2-norm of the *whole* gradient of the sharded ``model``, the same on
     every rank (every rank calls it: a collective).
 
-    ``find_units(model)`` lists the units (the root's first); for ``p`` in ``unit.params``,
-    ``p.shard`` is a shard, and ``model.parameters()`` yields the shards too, in the model's order.
-    For each shard whose ``.grad`` is not None, in ``model.parameters()`` order, take the norm of
-    this rank's piece (``real_rows(grad, p.rows, unit.rank, unit.world_size)`` leaves the padding
-    rows out). The whole norm of a parameter is the square root of the *sum over the ranks* of
-    its pieces' norms squared, and the norm of the whole gradient is the norm of those. One
-    ``dist.all_reduce`` (SUM) on ``units[0].group`` of the vector of squared piece norms does every
-    parameter at once (announce it first with ``units[0].record_collective("all-reduce", tensor,
-    is_async=False)``). Return a 0-d tensor. (Summing in this order, the norm is FSDP2's to the
-    bit; the lab's page shows what one all-reduce of a single number changes.)
+    What: a 0-d tensor, the norm of the gradient one process would hold: every parameter with a
+    gradient, every rank's rows of it, and none of the padding rows.
+
+    Contract: ``find_units(model)`` lists the units (the root's first); for ``p`` in ``unit.params``,
+    ``p.shard`` is a shard, and ``model.parameters()`` yields the shards too, in the model's order;
+    ``real_rows(grad, p.rows, unit.rank, unit.world_size)`` is a shard's gradient without its padding
+    rows. The combination order is part of the contract: a parameter's norm is the square root of the
+    **sum over the ranks** of its pieces' squared norms, and the whole norm is the norm of those. So
+    one collective, one ``dist.all_reduce`` (SUM) on ``units[0].group`` of a vector of one squared
+    piece norm **per parameter** (announced first with ``units[0].record_collective("all-reduce",
+    tensor, is_async=False)``); not one number per rank.
+
+    Why: clipping scales every shard by ``max_norm / norm``; a rank that used its own norm would clip
+    its shards by another factor, and they would stop being pieces of one model. Summed in this
+    order, the norm is FSDP2's to the bit; one number per rank is equal on paper and not in float32
+    (the lab's page shows what that changes over a training).
     """
     raise NotImplementedError("Exercise 4.4: the pieces' squared norms, summed over ranks with one all-reduce")
 
@@ -135,13 +156,17 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
 def backward_prefetch_targets(post_forward_order: list[str], current: str, depth: int = 1) -> list[str]:
     """Exercise 4.5: at unit ``current``'s pre-backward, the names of the units to all-gather ahead.
 
-    ``post_forward_order`` lists unit names in the order their forward finished, e.g.
+    What: the ``depth`` units whose backward comes right *after* ``current``'s, in that order (fewer
+    near the end; ``[]`` for the last unit, for a ``current`` not in the order, or for ``depth < 1``).
+
+    Contract: ``post_forward_order`` lists unit names in the order their forward finished, e.g.
     ``["blocks.0", "blocks.1", "blocks.2", "blocks.3", "root"]`` (the root finishes last). Backward
-    runs the units in the reverse order of their *last* finish (a unit used twice counts once,
-    at its last finish): ``root, blocks.3, ..., blocks.0``. Return the ``depth`` units that come
-    right *after* ``current`` in that backward order (fewer near the end; ``[]`` for the last
-    unit, for a ``current`` not in the order, or for ``depth < 1``). The unit before ``current``
-    has just finished its backward: gathering it again would be wasted.
+    runs the units in the reverse order of their *last* finish (a unit used twice counts once, at its
+    last finish): ``root, blocks.3, ..., blocks.0``.
+
+    Why: while ``current`` computes its backward, the next unit's all-gather can travel (the
+    prefetch). The unit *before* ``current`` has just finished its backward: gathering it again
+    would be wasted, and the one that is needed next would be gathered late.
     """
     raise NotImplementedError("Exercise 4.5: the units that run backward right after this one")
 
@@ -162,49 +187,66 @@ class FSDPUnit(_Scaffold):
     def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
         """Exercise 4.3a: runs before ``module.forward(*args)``; returns the (possibly new) args.
 
-        1. if ``self.root`` is None, call ``self._become_root()`` (the first unit to run is the
-           root); if ``self is self.root``, call ``self._start_step()`` (a new step's order);
-        2. gather the unit: ``self.unshard()`` then ``self.wait_unshard()`` (the second finishes
-           a prefetch already in flight);
-        3. start the explicit forward prefetch: ``ahead.unshard(async_op=True)`` for each
-           ``ahead`` in ``self.forward_prefetch``;
-        4. when ``torch.is_grad_enabled()``: count one more use (``self._uses += 1``) and return
-           ``_mark_inputs(self, args)`` instead of ``args`` (autograd will call
-           :meth:`post_backward` once the inputs' gradient is computed);
-        5. a unit that is not the root writes ``self.event("forward")`` last (the schedule the
-           tests compare with FSDP2's).
+        What must hold when it returns:
+
+        * the unit is **whole**: its parameters gathered into the modules (``self.unshard()`` gathers
+          them, or starts a gather with ``async_op=True``; ``self.wait_unshard()`` finishes one in
+          flight, a prefetch included);
+        * the units of ``self.forward_prefetch`` (the explicit forward prefetch) have their gather in
+          flight, not waited for;
+        * the root's bookkeeping is done: the first unit to run is the root (``self._become_root()``
+          when ``self.root`` is None), and the root starts a new step's order (``self._start_step()``);
+        * when ``torch.is_grad_enabled()``: one more use is counted (``self._uses``) and the returned
+          args are marked (``_mark_inputs(self, args)``), so that autograd calls
+          :meth:`post_backward` once the inputs' gradient is computed;
+        * a unit that is not the root has written ``self.event("forward")`` last (the schedule the
+          tests compare with FSDP2's).
+
+        Why: between steps a unit holds only its shards; its forward needs its parameters whole.
+        The marks are how the unit learns, in backward, that its own backward is done.
         """
         raise NotImplementedError("Exercise 4.3: gather the unit before its forward, mark its inputs")
 
     def post_forward(self, module: nn.Module, args: tuple, output):
         """Exercise 4.3b: runs after the forward; returns the output.
 
-        Append ``self.name`` to ``self.root.post_forward_order``. Free the gathered parameters
-        (``self.reshard()``) when ``self.reshard_after_forward`` and the unit is not the root (the
-        root keeps them: backward starts with it). When ``torch.is_grad_enabled()``, return
-        ``_mark_outputs(self, output)`` (autograd will call :meth:`pre_backward` when the output's
-        first gradient arrives), else ``output``.
+        What must hold when it returns: ``self.name`` is at the end of ``self.root.post_forward_order``
+        (the order backward will reverse); the unit's gathered parameters are freed
+        (``self.reshard()``) when ``self.reshard_after_forward`` and the unit is not the root; and,
+        when ``torch.is_grad_enabled()``, the returned output is marked (``_mark_outputs(self,
+        output)``), so that autograd calls :meth:`pre_backward` when its first gradient arrives.
+
+        Why: freeing after forward is what makes ZeRO-3's peak one unit, not the model. The root
+        keeps its parameters: backward starts with it, right away.
         """
         raise NotImplementedError("Exercise 4.3: record the order, free the unit, mark its outputs")
 
     def pre_backward(self) -> None:
         """Exercise 4.3c: runs when the unit's output gets its first gradient, before its backward.
 
-        The root, the first time in a backward (``not self.root._callback_queued``), sets
-        ``self.root._callback_queued = True`` and queues ``self.root._finish_backward`` with
-        ``Variable._execution_engine.queue_callback`` (it ends the step: units whose inputs need
-        no gradient, and the final frees). Then the unit must be whole again, since its forward
-        freed it: ``self.unshard()`` and ``self.wait_unshard()``. Then prefetch the units of
-        ``self._backward_prefetch_units()`` with ``unshard(async_op=True)``. A unit that is not
-        the root writes ``self.event("backward")`` last.
+        What must hold when it returns: the unit is **whole** (its backward reads its parameters,
+        and autograd kept pointing at the same full tensors); the units of
+        ``self._backward_prefetch_units()`` have their gather in flight; the end of the step is
+        queued once per backward, by the root (``self.root._finish_backward`` queued with
+        ``Variable._execution_engine.queue_callback`` the first time, ``self.root._callback_queued``
+        set: it runs the post-backward of units whose inputs need no gradient, and the final frees);
+        and a unit that is not the root has written ``self.event("backward")`` last.
+
+        Why: the unit's forward freed its parameters to save memory; its backward needs them again.
+        A unit used while freed fails inside autograd with "storage of size 0", far from the hook
+        that forgot it.
         """
         raise NotImplementedError("Exercise 4.3: gather the unit again, prefetch the next ones")
 
     def post_backward(self) -> None:
         """Exercise 4.3d: runs once the unit's inputs have their gradient (its backward is done).
 
-        Count one use less (``self._uses -= 1``); if uses remain (a unit called twice in one
-        forward), return: its other backward has not run yet. Otherwise free the gathered
-        parameters (``self.reshard()``), then ``self.reduce_gradients()``.
+        What must hold when it returns: one use less is counted (``self._uses``); and, once no use
+        remains, the gathered parameters are freed (``self.reshard()``) and the gradients are
+        reduce-scattered into the shards (``self.reduce_gradients()``). A unit called twice in one
+        forward does that after its last backward only.
+
+        Why: the unit's full gradients are complete only when every use's backward has run;
+        reduced earlier, a second use would add into gradients already sent.
         """
         raise NotImplementedError("Exercise 4.3: free the unit, then reduce-scatter its gradients")

@@ -5,8 +5,10 @@ Fill in the four pieces, then grade yourself:
     make grade LAB=05          # this lab: points per exercise, one line per lost point
     make grade EX=5.2          # one exercise (the reference stands in for the others)
     make grade LAB=05 LANG=es  # el informe en español
+    make hint EX=5.3           # stuck? the next hint of one exercise (one more on each call)
 
-The reference is the package ``minigpt/parallel/tensor_parallel/``; try not to peek. The layers
+Each stub states its task: what it must achieve, its contract, and why it matters; the steps are in
+the hints. The reference is the package ``minigpt/parallel/tensor_parallel/``; try not to peek. The layers
 (``ColumnParallelLinear``, ``RowParallelLinear``, ``VocabParallelEmbedding``), the model
 ``TPMiniGPT`` and ``ring_attention`` are written: they take a *kit* of the pieces below
 (``minigpt.parallel.tensor_parallel.kit.kit_for("exercises")`` builds it from this file), so a
@@ -52,6 +54,10 @@ def column_slice(
     of the bias, ``(out / tp,)`` (None stays None). So with ``parts=3`` a rank keeps the same heads
     of q, k and v. Raise ValueError when ``tp`` does not divide the rows of a part (or ``parts``
     does not divide ``out``). Return new tensors (``.clone()``), not views of ``weight``.
+
+    Why: a column-parallel layer computes this rank's share of the output features, with no
+    communication; cutting q, k and v apart (not the fused matrix as one block) keeps each rank's
+    heads whole, so attention runs on each rank without talking to the others.
     """
     raise NotImplementedError("Exercise 5.1: keep this rank's rows of each part of the weight, and of the bias")
 
@@ -65,6 +71,9 @@ def row_slice(
     as a new contiguous tensor (not a view). The bias ``(out,)`` is not cut: return a copy of it
     whole (None stays None); it is added once, after the sum over the ranks (see
     :func:`row_parallel_linear`). Raise ValueError when ``tp`` does not divide ``in``.
+
+    Why: a row-parallel layer takes the column-parallel layer's output slice as it is; each rank's
+    product is one term of the full product, and the terms are summed once.
     """
     raise NotImplementedError("Exercise 5.1: keep this rank's columns of the weight, and the bias whole")
 
@@ -81,6 +90,9 @@ def row_parallel_linear(
     over the ranks of the group (it is ``reduce_from_tp``, or a reduce-scatter with sequence
     parallelism; autograd goes through it). Call it exactly once, on this rank's term, and return
     ``(..., out)``: the full ``x W^T + b``, with the bias counted once.
+
+    Why: the bias is not a term of the sum: added on every rank before the sum, it would be counted
+    ``tp`` times. One call of ``reduce``: one collective per layer, which is Megatron's cost.
     """
     raise NotImplementedError("Exercise 5.1: reduce this rank's partial product once, then add the bias once")
 
@@ -98,10 +110,14 @@ def copy_to_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None
     into ``x`` is the **sum over the group** of the incoming gradients: ``comm.all_reduce(grad,
     group, counter)``.
 
-    Write it as a ``torch.autograd.Function`` (``forward(ctx, x, group, counter)`` and
-    ``backward(ctx, grad)``, which returns one gradient per input of forward: ``grad_x, None,
-    None``; keep ``group`` and ``counter`` on ``ctx``) and return ``YourFunction.apply(x, group,
-    counter)``. Same shape and dtype as ``x``.
+    Contract: a ``torch.autograd.Function`` (its ``backward`` returns one gradient per input of its
+    ``forward``: ``x``'s, then None for ``group`` and for ``counter``), applied to ``(x, group,
+    counter)``; the result has ``x``'s shape and dtype. The only collective is the backward's
+    all-reduce.
+
+    Why: every rank feeds the same ``x`` into its own columns of the next weight, so each rank's
+    gradient with respect to ``x`` is only its columns' share; the sum over the group is the gradient
+    one process would have.
     """
     raise NotImplementedError("Exercise 5.2: f: the identity forward, an all-reduce of the gradient backward")
 
@@ -113,8 +129,12 @@ def reduce_from_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | 
     Forward: the **sum over the group** of ``x`` (``comm.all_reduce(x, group, counter)``). Backward:
     the identity (the gradient of a sum reaches every term unchanged; no communication).
 
-    Write it as a ``torch.autograd.Function`` too (``backward`` returns ``grad, None, None``) and
-    return ``YourFunction.apply(x, group, counter)``. Same shape and dtype as ``x``.
+    Contract: a ``torch.autograd.Function`` too, applied to ``(x, group, counter)``; same shape and
+    dtype as ``x``; the only collective is the forward's all-reduce.
+
+    Why: after a row-parallel layer each rank holds one term of the output; every rank needs the
+    whole sum to go on, and the gradient of a sum with respect to each term is the gradient itself.
+    (f and g are each other's mirror: what one does forward, the other does backward.)
     """
     raise NotImplementedError("Exercise 5.2: g: an all-reduce forward, the identity backward")
 
@@ -142,15 +162,19 @@ def vocab_parallel_cross_entropy(
     Return the loss of every token, ``(B, T)``, the same on every rank:
     ``log sum_j exp(z_j) - z_target`` over the whole (true) vocabulary, equal to
     ``F.cross_entropy(all_logits.transpose(1, 2), targets, reduction="none")`` in one process, without
-    ever gathering the ``V`` logits. Subtract the global maximum first (``comm.all_reduce_max`` of
-    each row's local maximum), then all-reduce the sum of exponentials and the target's logit (0 on
-    the ranks that do not hold it; both in one ``comm.all_reduce`` of a stacked tensor if you like).
+    ever gathering the ``V`` logits: what crosses ranks are a few numbers per token (a maximum, a sum
+    of exponentials, the target's logit), through ``comm.all_reduce_max`` and ``comm.all_reduce``, and
+    it must stay finite for logits in the thousands.
 
-    The gradient must reach ``logits``: write a ``torch.autograd.Function`` whose backward gives
-    ``d loss / d logits = (softmax(z) - onehot(target)) * grad.unsqueeze(-1)`` on this rank's columns
-    only (0 in the padding columns), with no communication; or build the loss from differentiable
-    operations so that autograd finds that gradient (the helpers detach: what comes back from a
-    collective carries no gradient).
+    The gradient must reach ``logits``: ``d loss / d logits = (softmax(z) - onehot(target)) *
+    grad.unsqueeze(-1)`` on this rank's columns only (0 in the padding columns), with no
+    communication in backward. The helpers detach: what comes back from a collective carries no
+    gradient, so either write a ``torch.autograd.Function`` with that backward, or build the loss so
+    that autograd finds it.
+
+    Why: the output layer's logits are the largest activation of a language model (tokens x
+    vocabulary); gathering them whole on every rank would undo the memory the vocabulary-parallel
+    layer saved.
     """
     raise NotImplementedError(
         "Exercise 5.3: per-token loss from this rank's vocabulary slice: all-reduce the max, then the sums"
@@ -182,6 +206,10 @@ def online_softmax_step(
     ``acc / total.unsqueeze(-1)`` is ``softmax(all scores) @ all v``, exactly. Take the block's
     maximum from ``scores.detach()`` (a shift the softmax ignores: no gradient through it); the
     gradient must flow through ``scores`` and ``v`` into ``total`` and ``acc``.
+
+    Why: ring attention sees the keys one block at a time, as they come round the ring; the softmax
+    over all of them is never computed at once, only merged block by block, and it must come out
+    exactly as one softmax, with no overflow however large the scores.
     """
     raise NotImplementedError(
         "Exercise 5.4: move the running maximum, rescale the old sums by exp(m - m'), add this block"
@@ -197,5 +225,8 @@ def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     ``(Tq, Tk)`` bool tensor, True where the key's position is at most the query's. A block of
     earlier keys is then entirely visible, a block of later keys entirely hidden (ring attention
     skips it), and only blocks that share positions get a triangle.
+
+    Why: a block pair compared by positions within the block would give every pair the diagonal
+    triangle: a query would see later keys of an earlier rank's block and miss earlier keys.
     """
     raise NotImplementedError("Exercise 5.4: True where the key's global position is at most the query's")

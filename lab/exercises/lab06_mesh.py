@@ -3,6 +3,7 @@ carries. (The pipeline half, Exercises 6.1 and 6.2, is lab/exercises/lab06_pipel
 
     make grade EX=6.3          # one exercise (the reference stands in for the others)
     make grade LAB=06          # the whole lab
+    make hint EX=6.3           # stuck? the next hint of one exercise (one more on each call)
 
 The reference is ``minigpt/parallel/mesh/`` (``degrees.py``, ``hsdp.py``); try not to peek. Both are
 plain functions: no process group. ``lab/06_mesh.py --impl exercises`` uses yours: your degrees lay
@@ -34,6 +35,10 @@ def resolve_hsdp(
     product that is not the world size, a degree that does not divide it, a world that is not a
     whole number of nodes. The message names every number involved and the world size (for example
     ``"replicate 3 x shard 2 = 6, but the world size is 4"``).
+
+    Why: the shard group's all-gathers and reduce-scatters run every unit, every step, so they belong
+    on the fast links inside a node; only the gradient shards' all-reduce crosses nodes. Swapped
+    degrees put the heavy traffic on the slow links.
     """
     raise NotImplementedError(
         "Exercise 6.3: resolve (replicate, shard) from the world and node sizes, and validate them"
@@ -68,5 +73,8 @@ def hsdp_bytes_per_dim(
 
     Return ``{"shard": bytes, "replicate": bytes}``, each the exact total rounded to an int once at
     the end.
+
+    Why: the model says, before any run, how much each dimension of the mesh carries: the course
+    holds it against the bytes FSDP2 really sent on a 2 x 2 mesh.
     """
     raise NotImplementedError("Exercise 6.4: add up the bytes each mesh dimension carries in one HSDP step")

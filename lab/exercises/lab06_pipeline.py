@@ -5,9 +5,11 @@ Fill in the pieces, then grade yourself:
     make grade LAB=06          # this lab: points per exercise, one line per lost point
     make grade EX=6.2          # one exercise (the reference stands in for the others)
     make grade LAB=06 LANG=es  # el informe en español
+    make hint EX=6.2           # stuck? the next hint of one exercise (one more on each call)
 
-The reference is the package ``minigpt/parallel/pipeline/`` (``schedule.py`` and ``engine.py``);
-try not to peek. The rest of the pipeline is written: :class:`PipelineStage` (MiniGPT cut into
+Each stub states its task: what it must achieve, its contract, and why it matters; the steps are in
+the hints. The reference is the package ``minigpt/parallel/pipeline/`` (``schedule.py`` and
+``engine.py``); try not to peek. The rest of the pipeline is written: :class:`PipelineStage` (MiniGPT cut into
 consecutive stages), :class:`Link` (the sends and receives between neighbouring stages),
 ``check_schedule`` and ``run_schedule``. ``lab/06_pipeline.py --impl exercises`` runs your 1F1B
 and your steps, and so do the graded tests.
@@ -52,6 +54,10 @@ def one_f_one_b(stage: int, stages: int, micro_batches: int) -> list[Op]:
     ``check_schedule([one_f_one_b(s, p, m) for s in range(p)], m)`` accepts them. Examples:
     ``one_f_one_b(0, 2, 3)`` is ``F0 F1 B0 F2 B1 B2``; ``one_f_one_b(1, 2, 3)`` is
     ``F0 B0 F1 B1 F2 B2``. GPipe (``schedule.gpipe``: all forwards, then all backwards) is written.
+
+    Why: GPipe holds every micro-batch's activations until its backwards start; 1F1B starts each
+    micro-batch's backward as soon as the stages after it allow, so a stage holds at most
+    ``stages - s`` of them, for the same bubble.
     """
     raise NotImplementedError(
         "Exercise 6.1: warm up with stages - 1 - stage forwards, then one F and one B, then cool down"
@@ -76,15 +82,19 @@ def forward_step(
     previous stage's activations of micro-batch i arrive (a new tensor, not part of any graph) and
     ``link.send_activation(tensor, i)`` sends this stage's output of micro-batch i to the next stage.
 
-    1. The input: the tokens on the first stage; otherwise the received activations, made a leaf
-       of this stage's graph with ``.requires_grad_()``: without it backward never computes the
-       gradient the previous stage is waiting for.
-    2. Run the stage. On the last stage compute the loss and keep ``loss * scale`` as the output
-       (``scale`` is 1/m: the m micro-batches' gradients then add up to the whole batch's). On the
-       other stages send the output on, ``.detach()``-ed (a send carries numbers, not a graph).
-    3. Keep ``held[i] = (input, output)`` for the backward: ``input`` is None on the first stage
-       (token ids have no gradient), the received activations otherwise; ``output`` is the stage's
-       output tensor with its graph (the scaled loss on the last stage).
+    What must hold when it returns:
+
+    * the stage ran on micro-batch i's input: the tokens on the first stage, otherwise the received
+      activations, made a leaf of this stage's graph that requires a gradient;
+    * on the other stages the output went on to the next stage, as numbers (a send carries no graph);
+    * ``held[i]`` is ``(input, output)`` for the backward: ``input`` None on the first stage (token
+      ids have no gradient), the received activations otherwise; ``output`` the stage's output with
+      its graph, which on the last stage is the loss times ``scale`` (1/m: the m micro-batches'
+      gradients then add up to the whole batch's).
+
+    Why: the received activations are a new tensor, not part of any graph; unless they require a
+    gradient, this stage's backward never computes the gradient the previous stage is waiting for,
+    and that stage waits until its receive's timeout.
     """
     raise NotImplementedError("Exercise 6.2: receive the input (requires_grad_), run the stage, send the output on")
 
@@ -92,13 +102,16 @@ def forward_step(
 def backward_step(stage: PipelineStage, i: int, link: Link, held: dict[int, tuple]) -> None:
     """Exercise 6.2b: ``("B", i)`` on ``stage``: backward through micro-batch i's graph.
 
-    Take ``(input, output)`` out of ``held`` (``held.pop(i)``: the stage no longer holds micro-batch
-    i). On the last stage ``output`` is the scaled loss: ``output.backward()``. On the other stages
-    ``link.recv_gradient(i)`` blocks until the next stage sends the gradient of this stage's output
-    (same shape as ``output``): ``output.backward(that_gradient)``. Backward accumulates the
-    parameters' gradients into their ``.grad`` and, on every stage but the first, fills
-    ``input.grad``: send it back to the previous stage with ``link.send_gradient(input.grad, i)``
-    (the first stage has no previous stage and sends nothing).
+    What must hold when it returns: micro-batch i is no longer in ``held`` (the stage no longer holds
+    its activations and graph); the stage's parameters' ``.grad`` have micro-batch i's share added;
+    and, on every stage but the first, the gradient of micro-batch i's input went back to the previous
+    stage (``link.send_gradient(tensor, i)``; the first stage has no previous stage and sends nothing).
+    On the last stage ``output`` is the scaled loss; on the others ``link.recv_gradient(i)`` blocks
+    until the next stage sends the gradient of this stage's output (same shape as ``output``).
+
+    Why: a B that leaves micro-batch i held keeps its activations alive to the end of the step,
+    which is the memory 1F1B exists to save; a B that does not send the input's gradient back leaves
+    the previous stage waiting.
     """
     raise NotImplementedError("Exercise 6.2: backward from the received gradient, send the input's gradient back")
 

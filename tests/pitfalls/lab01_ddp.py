@@ -2,7 +2,8 @@
 
 tests/test_grader.py grades this folder and checks that each mistake loses exactly the points of
 the tests written to catch it. The mistakes here leave the rest working: the bucket assignment is
-right; the DDP is right except for three slips that public courses and first attempts make.
+right for one dtype but puts a parameter of another dtype in the same bucket (one flat buffer holds
+one dtype); the DDP is right except for four slips that public courses and first attempts make.
 tests/pitfalls/broken_ddp/ holds the mistakes that break everything downstream.
 """
 
@@ -12,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt.parallel.ddp import Bucket, BucketedDDP as _Reference, _Pending, assign_buckets  # noqa: F401
+from minigpt.parallel.ddp import Bucket, BucketedDDP as _Reference, _Pending, named_trainable_parameters  # noqa: F401
 from minigpt.parallel.ring import COUNTER, ByteCounter, exchange, ring_position
 
 
@@ -35,6 +36,20 @@ def ring_all_reduce(
     if op == "avg":
         flat /= position.world_size
     return tensor
+
+
+def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:
+    # Mistake: the dtype (and device) never close a bucket: a float64 parameter joins a bucket of
+    # float32 ones, which one flat buffer cannot hold. Right for MiniGPT, whose parameters are all
+    # float32.
+    buckets, current, current_bytes = [], [], 0
+    for name, p in reversed(named_trainable_parameters(module)):
+        current.append((name, p))
+        current_bytes += p.numel() * p.element_size()
+        if current_bytes >= bucket_cap_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
+    return buckets + ([current] if current else [])
 
 
 class BucketedDDP(_Reference):
@@ -60,12 +75,14 @@ class BucketedDDP(_Reference):
     def finish_gradient_synchronization(self) -> None:
         # Mistake 3: no check for buckets that were never launched: waiting on a handle that
         # does not exist, instead of an error naming the parameter without a gradient.
+        # Mistake 4: the averages copied back into the gradients autograd made, instead of making
+        # each .grad its slot: right values, and a second copy of every gradient in memory.
         if not self._backward_started:
             return
         self._backward_started = False
         for bucket in self.buckets:
             bucket.handle.wait()
             for p, view in zip(bucket.params, bucket.views):
-                p.grad = view
+                p.grad.copy_(view)
         self.bytes_all_reduced = sum(b.nbytes for b in self.buckets)
         self.steps_synchronised += 1

@@ -15,6 +15,9 @@ def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[
     # frozen parameter waits for a gradient that never comes.
     buckets, current, size = [], [], 0
     for name, p in reversed(list(module.named_parameters(remove_duplicate=False))):
+        if current and (p.dtype, p.device) != (current[0][1].dtype, current[0][1].device):
+            buckets.append(current)  # one dtype per bucket: this much is right
+            current, size = [], 0
         current.append((name, p))
         size += p.numel() * p.element_size()
         if size >= bucket_cap_bytes:

@@ -1,0 +1,20 @@
+"""One stated rule broken at a time (tests/test_grader.py grades this folder one exercise at a time,
+the reference standing in for every other exercise, so each mistake below costs only its own tests).
+
+Lab 00: the warm-up counted from step 1, ``max_lr * step / warmup``: step 0 trains at 0 and the
+warm-up reaches max_lr one step late (0.4).
+"""
+
+from __future__ import annotations
+
+import math
+
+from minigpt.grammar import rank_slice  # noqa: F401
+from minigpt.model import causal_mask, masked_loss  # noqa: F401
+
+
+def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> float:
+    if step < warmup:
+        return max_lr * step / warmup  # Mistake: (step + 1) / warmup is the rule
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (max_lr - min_lr)

@@ -1,0 +1,29 @@
+"""One stated rule broken at a time (see lab00_baseline.py here).
+
+Lab 02: ZeRO-3's weights gathered once a step even when they are freed after forward (count=1 instead
+of 2 with reshard_after_forward) (2.3); a parameter listed twice kept twice (no check of identity) (2.4).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from minigpt.parallel.zero1 import ZeroOneOptimizer as _Scaffold
+from minigpt.zero import comm
+from minigpt.zero.comm import Collective
+from minigpt.zero.memory import device_memory  # noqa: F401
+from minigpt.zero.simulate import zero2_step  # noqa: F401
+
+
+def step_collectives(psi, stage, shard_degree, replicas=1, recipe_name="mixed", reshard_after_forward=True):
+    out = comm.step_collectives(psi, stage, shard_degree, replicas, recipe_name, reshard_after_forward)
+    # Mistake: one all-gather of the weights at every stage; stage 3 with reshard_after_forward gathers twice
+    return [Collective(c.op, c.what, c.group, c.group_size, c.elements, c.element_bytes, 1) for c in out]
+
+
+def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
+    return [p for p in params if p.requires_grad]  # Mistake: a parameter listed twice is kept twice
+
+
+class ZeroOneOptimizer(_Scaffold):
+    trainable_parameters = staticmethod(trainable_parameters)
