@@ -36,9 +36,12 @@ def load(name: str) -> dict:
 
 @pytest.mark.parametrize("run", TP)
 def test_the_tensor_parallel_runs_prove_what_the_page_says(run):
-    """One step equals one process (fp32 and fp64, with and without SP), the bytes and the
-    parameters equal the models, the whole parameters stay bit-identical, the float64 drift is
-    rounding. The float32 step drift passes with SGD and fails with AdamW on 2 ranks (section 3)."""
+    """One step equals one process (fp32 and fp64, with and without SP) and PyTorch's own TP (the same
+    logits, bit for bit), the bytes and the parameters equal the models, the whole parameters stay
+    bit-identical, the float64 drift is rounding. The float32 step drift over the whole run
+    (``--check --full``) is reported: with AdamW it goes over 1e-5 late in the run, and PyTorch's own
+    TP, cut the same way, goes as far (section 3's lesson); the control, one process with q, k, v as
+    three layers, stays at rounding level."""
     r = load(TP[run])
     one, t = r["one_step"], r["training"]
     for mode in ("tp", "sp"):
@@ -47,17 +50,22 @@ def test_the_tensor_parallel_runs_prove_what_the_page_says(run):
         assert one["float32"][mode]["bytes_sent"] == r["bytes_model"]
     assert r["bytes_per_rank_per_step"] == r["bytes_model"]
     assert one["float32"]["tp"]["param_bytes"] == r["param_bytes_model"]
-    assert t["replicated_bit_identical"] and r["float64"]["step_drift"]["max"] <= 1e-12
-    assert t["steps"] == TrainConfig().steps
+    assert t["replicated_bit_identical"] and r["fp64_max_step_drift"] <= 1e-12
+    assert t["steps"] == TrainConfig().steps and r["full"] and r["criterion_pass"]
     assert one["float32"]["sp"]["saved_activation_bytes"] < one["float32"]["tp"]["saved_activation_bytes"]
-    if run == "sgd":  # less than AdamW's, back to rounding level as the rate decays, over 1e-5 at one step
+    assert r["pytorch_first_step_logit_diff"] == 0.0 and r["same_as_pytorch"]
+    # reported, not judged alone: ours no further than twice PyTorch's on the same run
+    assert r["fp32_max_step_drift"] <= max(1e-5, 2 * r["pytorch_fp32_max_step_drift"])
+    assert r["control_fp32_max_step_drift"] < 1e-6, "splitting qkv alone moves the drift by rounding only"
+    if run == "sgd":  # less than AdamW's, back to rounding level as the rate decays
         adamw = load(TP["adamw"])
-        assert r["optimizer"] == "sgd" and r["max_step_drift"] < adamw["max_step_drift"]
-        assert t["step_drift"]["final"] < 1e-10 and r["max_step_drift"] > 1e-5 and r["passed"] is False
+        assert r["optimizer"] == "sgd" and r["fp32_max_step_drift"] < adamw["fp32_max_step_drift"]
+        assert t["step_drift"]["final"] < 1e-10
     if run == "adamw":
-        assert r["optimizer"] == "adamw" and r["passed"] is False and r["max_step_drift"] > 1e-5
-        # "once training is well under way": the first step over the criterion
+        assert r["optimizer"] == "adamw" and r["fp32_max_step_drift"] > 1e-5 and r["pytorch_fp32_max_step_drift"] > 1e-5
+        # "once training is well under way": the first step over 1e-5, ours and PyTorch's
         assert t["step_drift"]["first_step_above_tolerance"] >= t["steps"] // 4
+        assert t["pytorch_step_drift"]["first_step_above_tolerance"] >= t["steps"] // 4
         assert t["tutor_accuracy"] > 0.9
 
 
@@ -80,7 +88,8 @@ def test_the_ring_runs_prove_what_the_page_says(world):
     """Exact against full attention; (cp-1)/cp of K and V forward and backward; the balanced split
     equalises the scores needed, while every rank computes as many as the busiest contiguous rank."""
     r = load(RING[world])
-    assert r["passed"] and r["cp"] == world
+    assert r["criterion_pass"] and r["cp"] == world and r["pytorch_impl"] is None
+    assert r["fp64_max_step_drift"] <= 1e-12 and r["training"]["bytes_sent_per_step"] == r["bytes_model_per_step"]
     for c in r["cases"]:
         size = 4 if c["dtype"] == "float32" else 8
         expected = ring_attention_bytes(
