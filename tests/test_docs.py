@@ -117,3 +117,25 @@ RUN_TIME = re.compile(
 def test_lab_pages_state_no_run_time_in_prose(page):
     text = " ".join(re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S).split())
     assert not RUN_TIME.findall(text), f"{page.name} guesses a run time: {RUN_TIME.findall(text)}"
+
+
+def test_the_site_description_names_every_parallelism():
+    """mkdocs.yml's site_description (English, and the Spanish one of the i18n plugin) names what the
+    course builds, not only data parallelism, ZeRO and FSDP."""
+    lines = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines()
+    descriptions = []
+    for i, line in enumerate(lines):
+        if line.strip() == "site_description: >-":
+            indent = len(line) - len(line.lstrip())
+            block = []
+            for following in lines[i + 1 :]:
+                if len(following) - len(following.lstrip()) <= indent:
+                    break
+                block.append(following.strip())
+            descriptions.append(" ".join(block))
+    assert len(descriptions) == 2, descriptions
+    english, spanish = descriptions
+    for word in ("data parallelism", "ZeRO", "FSDP", "tensor", "sequence", "context", "pipeline", "HSDP"):
+        assert word in english, word
+    for word in ("paralelismo de datos", "ZeRO", "FSDP", "tensores", "secuencia", "contexto", "tubería", "HSDP"):
+        assert word in spanish, word

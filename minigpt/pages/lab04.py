@@ -500,8 +500,8 @@ def side_by_side(lang: str) -> str:
         rows.append(
             [
                 tr(lang, en, es),
-                f"`{m_name}` ({m_path.removeprefix(root)}:{m_line})",
-                f"`{t_name}` ({t_path.removeprefix(torch_dir)}:{t_line})",
+                f"`{m_name}` (`{m_path.removeprefix(root)}:{m_line}`)",
+                f"`{t_name}` (`{t_path.removeprefix(torch_dir)}:{t_line}`)",
             ]
         )
     head = [tr(lang, "what", "qué"), tr(lang, "ours", "el nuestro"), f"FSDP2 (torch {torch.__version__.split('+')[0]})"]
@@ -589,7 +589,7 @@ def draw_unit_life(step: dict, lang: str, path: Path) -> None:
     units, events = life["units"], life["events"]
     row = {u: i for i, u in enumerate(units)}
     n = len(events)
-    fig = Figure(figsize=(10, 3.9))
+    fig = Figure(figsize=(8.2, 3.6))
     ax = fig.add_subplot()
     for unit, spans in life["gathered"].items():
         y = row[unit]
@@ -663,7 +663,7 @@ def draw_unit_life(step: dict, lang: str, path: Path) -> None:
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
 def plot_unit_life(path: Path, lang: str) -> None:

@@ -250,7 +250,7 @@ def _lighter(color: str, amount: float) -> tuple[float, float, float]:
 
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
 def plot_ring_masks(path: Path, lang: str, seq_len: int = 32, cp: int = 4) -> None:
@@ -259,7 +259,7 @@ def plot_ring_masks(path: Path, lang: str, seq_len: int = 32, cp: int = 4) -> No
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    fig = Figure(figsize=(9, 6.2))
+    fig = Figure(figsize=(7.8, 5.8))
     axes = fig.subplots(1, 2)
     for ax, balanced in zip(axes, (False, True)):
         found = ring_scores(seq_len, cp, balanced)
@@ -357,7 +357,7 @@ def plot_tp_mlp(path: Path, lang: str) -> None:
     s = mlp_shapes()
     tp, C, hidden = FIGURE_TP, s["C"], s["hidden"]
     per = s["fc_weight"][0]
-    fig = Figure(figsize=(10, 4.4))
+    fig = Figure(figsize=(8.4, 3.9))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 4.4)
@@ -462,7 +462,7 @@ def plot_vocab_loss(path: Path, lang: str) -> None:
 
     vocab = GPTConfig().vocab_size
     columns = vocab_columns()
-    fig = Figure(figsize=(10, 3.9))
+    fig = Figure(figsize=(8.4, 3.5))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 3.9)
@@ -493,37 +493,37 @@ def plot_vocab_loss(path: Path, lang: str) -> None:
         )
         _box(
             ax,
-            5.45,
+            5.4,
             y + 0.05,
-            2.3,
+            2.6,
             0.6,
             tr(
                 lang,
-                "Σ exp(z − m) on its columns;\nz of the target − m if here, else 0",
-                "Σ exp(z − m) en sus columnas;\nz del objetivo − m si está aquí, si no 0",
+                "Σ exp(z − m) on its columns;\nz_t − m if the target t is here, else 0",
+                "Σ exp(z − m) en sus columnas;\nz_t − m si el objetivo t está aquí, si no 0",
             ),
             color,
             fontsize=7.5,
         )
         _arrow(ax, (2.55, y + 0.35), (2.8, y + 0.35))
         _arrow(ax, (4.25, y + 0.35), (4.5, mid), color=ar)
-        _arrow(ax, (5.15, mid), (5.45, y + 0.35), color=ar)
-        _arrow(ax, (7.75, y + 0.35), (8.0, mid), color=ar)
+        _arrow(ax, (5.15, mid), (5.4, y + 0.35), color=ar)
+        _arrow(ax, (8.0, y + 0.35), (8.2, mid), color=ar)
     _box(
         ax, 4.5, mid - 0.3, 0.65, 0.6, tr(lang, "all-\nreduce\nmax", "all-\nreduce\nmáx."), ar, fontsize=7, fill="white"
     )
     _box(
-        ax, 8.0, mid - 0.3, 0.65, 0.6, tr(lang, "all-\nreduce\nsum", "all-\nreduce\nsuma"), ar, fontsize=7, fill="white"
+        ax, 8.2, mid - 0.3, 0.65, 0.6, tr(lang, "all-\nreduce\nsum", "all-\nreduce\nsuma"), ar, fontsize=7, fill="white"
     )
     ax.text(4.83, mid - 0.38, "m", ha="center", va="top", fontsize=8, color=ar)
-    _arrow(ax, (8.65, mid), (8.8, mid), color=ar)
+    _arrow(ax, (8.85, mid), (9.0, mid), color=ar)
     ax.text(
-        8.82,
+        9.02,
         mid,
         tr(
             lang,
-            "loss =\nlog Σ − (z_target − m),\nthe same on\nevery rank",
-            "pérdida =\nlog Σ − (z_obj − m),\nla misma en\ncada rank",
+            "loss =\nlog Σ − (z_t − m)\non every rank",
+            "pérdida =\nlog Σ − (z_t − m)\nen cada rank",
         ),
         ha="left",
         va="center",

@@ -460,7 +460,7 @@ def plot_bubble(path: Path, lang: str) -> None:
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
 MESH_DIMS = {  # the report's key -> (dimension of the rows, of the columns), as init_device_mesh names them
@@ -499,7 +499,7 @@ def plot_mesh(path: Path, lang: str) -> None:
     from matplotlib.patches import FancyBboxPatch
 
     report = _load(MESH_REPORT)
-    fig = Figure(figsize=(10, 4.3))
+    fig = Figure(figsize=(8.2, 3.9))
     axes = fig.subplots(1, 2)
     titles = {"hsdp": "HSDP", "dp_tp": "DP × TP"}
     row_color, column_color = "#4C72B0", "#DD8452"
@@ -581,7 +581,7 @@ def plot_mesh(path: Path, lang: str) -> None:
         ax.text(0.05, 3.55, f"{outer}: " + tr(lang, *MESH_WORDS[outer]), fontsize=7.5, color=column_color, va="top")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
 FIGURES = {"pipeline-bubble-measured": plot_bubble, "device-mesh-2x2": plot_mesh}
