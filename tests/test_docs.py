@@ -98,3 +98,44 @@ def test_every_page_has_a_spanish_twin_with_the_same_structure(english):
     assert en["headings without id"] == [] and es["headings without id"] == []
     for key in ("headings", "code blocks", "math blocks", "admonitions", "link targets"):
         assert en[key] == es[key], f"{key} differ between {english.name} and {spanish.name}"
+
+
+# Run times are measured (a table of the maintainers' check-times runner); a page's prose does not
+# guess them ("a few minutes", "about 7 minutes"): issue 29.
+RUN_TIME = re.compile(
+    r"\b(?:takes?|tarda)\s+(?:a few|several|about \d+|unos|unas|varios|unos \d+)\s+(?:minutes|seconds|minutos|segundos)\b"
+    r"|\btakes seconds\b",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for n in ("04", "05", "06") for p in sorted((ROOT / "lab").glob(f"{n}-*.md"))],
+    ids=lambda p: p.name,
+)
+def test_lab_pages_state_no_run_time_in_prose(page):
+    text = " ".join(re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S).split())
+    assert not RUN_TIME.findall(text), f"{page.name} guesses a run time: {RUN_TIME.findall(text)}"
+
+
+def test_the_site_description_names_every_parallelism():
+    """mkdocs.yml's site_description (English, and the Spanish one of the i18n plugin) names what the
+    course builds, not only data parallelism, ZeRO and FSDP."""
+    lines = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines()
+    descriptions = []
+    for i, line in enumerate(lines):
+        if line.strip() == "site_description: >-":
+            indent = len(line) - len(line.lstrip())
+            block = []
+            for following in lines[i + 1 :]:
+                if len(following) - len(following.lstrip()) <= indent:
+                    break
+                block.append(following.strip())
+            descriptions.append(" ".join(block))
+    assert len(descriptions) == 2, descriptions
+    english, spanish = descriptions
+    for word in ("data parallelism", "ZeRO", "FSDP", "tensor", "sequence", "context", "pipeline", "HSDP"):
+        assert word in english, word
+    for word in ("paralelismo de datos", "ZeRO", "FSDP", "tensores", "secuencia", "contexto", "tubería", "HSDP"):
+        assert word in spanish, word

@@ -8,6 +8,10 @@ test reads that table and looks for every variant in the course's Spanish text:
 * every ``*.es.md`` page (README.es.md, docs/, theory/, lab/, minigpt/fsdp/notes/reading.es.md),
   outside code: fenced blocks, inline code, math, link targets, heading ids, HTML tags and snippet
   lines are blanked first (keeping the line numbers);
+* the generated Spanish text: the measured fragments the lab pages include
+  (``lab/results/*-es.txt``, rendered by the page modules) and every table of
+  :data:`minigpt.pages.site.TABLES` as ``python -m minigpt.pages`` writes it now (a forbidden word
+  in generated text is caught where it is made, not only once it reaches a page);
 * the ``es`` entries of minigpt/exercises.toml (the grader's Spanish report);
 * the Spanish strings of Python sources: the Spanish argument of ``tr(lang, en, es)`` (the pages'
   tables and figures), ``say(en, es)`` and ``refuses(call, run, en, es)`` (the graded tests'
@@ -36,6 +40,7 @@ AVOID_HEADING = re.compile(r"^##\s+Words we do not use\b.*$", re.MULTILINE)
 # The Spanish sources (not the notebooks). tests/test_grader.py is not one: it quotes the grader's
 # own report, whose "Lab 00 · ..." lines minigpt/grader.py writes.
 PAGE_GLOBS = ("*.es.md", "docs/*.es.md", "theory/*.es.md", "lab/*.es.md", "minigpt/**/*.es.md")
+FRAGMENT_GLOBS = ("lab/results/*-es.txt",)  # the measured fragments, as the page modules rendered them
 PYTHON_GLOBS = ("minigpt/pages/*.py", "tests/test_lab0*.py", "tests/ranks.py", "tests/words.py")
 TOML_FILES = ("minigpt/exercises.toml",)
 # call name -> position of its Spanish argument (and the keyword that may name it)
@@ -192,6 +197,9 @@ def spanish_sources() -> list[tuple[Path, list[tuple[int, str]]]]:
     pages = sorted({p for g in PAGE_GLOBS for p in ROOT.glob(g)})
     for path in pages:
         sources.append((path, [(1, markdown_prose(path.read_text(encoding="utf-8")))]))
+    for path in sorted({p for g in FRAGMENT_GLOBS for p in ROOT.glob(g)}):
+        sources.append((path, [(1, markdown_prose(path.read_text(encoding="utf-8")))]))
+    sources += generated_tables()
     for path in sorted({p for g in PYTHON_GLOBS for p in ROOT.glob(g)}):
         if path.name != Path(__file__).name:
             sources.append((path, python_spanish(path.read_text(encoding="utf-8"))))
@@ -199,6 +207,17 @@ def spanish_sources() -> list[tuple[Path, list[tuple[int, str]]]]:
         path = ROOT / name
         sources.append((path, toml_spanish(path.read_text(encoding="utf-8"))))
     return sources
+
+
+def generated_tables() -> list[tuple[Path, list[tuple[int, str]]]]:
+    """Every registered table in Spanish, as ``python -m minigpt.pages`` writes it to
+    ``build/tables/<name>-es.md`` (made here, not read from a build folder that may be stale)."""
+    from minigpt.pages import site
+
+    return [
+        (ROOT / "build" / "tables" / f"{name}-es.md", [(1, markdown_prose(make("es")))])
+        for name, make in sorted(site.TABLES.items())
+    ]
 
 
 def misuses(sources, glossary_rules) -> list[str]:
@@ -236,6 +255,21 @@ def test_the_checker_sees_prose_and_skips_code():
     source = 'tr(lang, "the cubeta", "la cubeta")\nsay("a", f"{x} cubetas")\nd = {"en": "cubeta", "es": ["cubeta"]}'
     assert [line for line, text in python_spanish(source) if "cubeta" in text] == [1, 2, 3]
     assert [line for line, _ in toml_spanish('t = { en = "cubeta", es = "una cubeta" }')] == [1]
+
+
+def test_generated_text_is_read_too():
+    """The measured fragments and the generated tables are among the sources, and a forbidden word
+    in one is found, with its file and line."""
+    from minigpt.pages import site
+
+    read = {path.relative_to(ROOT).as_posix() for path, _ in spanish_sources()}
+    fragments = {p.relative_to(ROOT).as_posix() for p in (ROOT / "lab" / "results").glob("*-es.txt")}
+    assert fragments and fragments <= read, sorted(fragments - read)
+    assert {f"build/tables/{name}-es.md" for name in site.TABLES} <= read
+    fragment = ROOT / "lab" / "results" / "x-es.txt"
+    text = markdown_prose("| medida | valor |\n| --- | ---: |\n| precisión del tutor tras entrenar | 98,0 % |\n")
+    problems = misuses([(fragment, [(1, text)])], rules())
+    assert [p.split(":")[:2] for p in problems] == [["lab/results/x-es.txt", "3"]], problems
 
 
 def test_spanish_text_uses_the_glossary_words():

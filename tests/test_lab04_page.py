@@ -120,3 +120,88 @@ def test_the_size_the_page_gives_our_fsdp():
     lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "minigpt" / "parallel" / "fsdp_by_hand").glob("*.py"))
     assert lines < 1000, lines
     assert "under\n1,000 lines" in PAGES["en"].read_text() and "menos de 1000 líneas" in PAGES["es"].read_text()
+
+
+# --- issue 29: statements the page makes about FSDP2 and about the run, and its picture ------------
+
+
+def _prose(lang: str) -> str:
+    """The page with its lines joined: a phrase may break across lines."""
+    return " ".join(PAGES[lang].read_text(encoding="utf-8").split())
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_fsdp2_copies_around_its_collectives(lang):
+    """Section 5: FSDP2 is not copy-free. The installed torch copies the shards in before each
+    all-gather and the gathered buffer out after it, and the gradients into the reduce-scatter's
+    input; its streams are its own. The page names each function it says does so."""
+    import inspect
+
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as c
+
+    assert "all_gather_copy_in" in inspect.getsource(c.foreach_all_gather)
+    assert "split_with_sizes_copy" in inspect.getsource(c.foreach_all_gather_copy_out)
+    assert "chunk_cat" in inspect.getsource(c.foreach_reduce_scatter_copy_in)
+    assert {"all_gather_copy_in_stream", "all_gather_stream"} <= set(inspect.signature(c.foreach_all_gather).parameters)
+    assert "reduce_scatter_stream" in inspect.signature(c.foreach_reduce).parameters
+    text = _prose(lang)
+    for name in ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat"):
+        assert f"`{name}`" in text, name
+    assert "copy-free" not in text and "sin copias" not in text
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_does_not_say_every_step_is_clipped(lang):
+    """The default run clips only the steps whose norm is above max_norm: not every step."""
+    r = report(2)
+    assert 0 < len(r["clipped_steps"]) < r["training"]["steps"]
+    text = _prose(lang).lower()
+    assert "every step is clipped" not in text and "todos los pasos se recortan" not in text
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_mixed_precision_is_named_as_the_course_s_class(lang):
+    """Section 4: ``fsdp_by_hand.MixedPrecision`` (passed as ``mp=``) is the course's class, and
+    FSDP2's is ``MixedPrecisionPolicy`` (passed as ``mp_policy=``), with the same two fields."""
+    import dataclasses
+    import inspect
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard as torch_fully_shard
+
+    from minigpt.parallel import fsdp_by_hand
+
+    ours = [f.name for f in dataclasses.fields(fsdp_by_hand.MixedPrecision)]
+    assert ours == ["param_dtype", "reduce_dtype"]
+    assert set(ours) <= {f.name for f in dataclasses.fields(MixedPrecisionPolicy)}
+    assert "mp" in inspect.signature(fsdp_by_hand.fully_shard).parameters
+    assert "mp_policy" in inspect.signature(torch_fully_shard).parameters
+    text = _prose(lang)
+    for phrase in ("`fsdp_by_hand.MixedPrecision(param_dtype=torch.bfloat16,", "`fully_shard(module, mp=...)`"):
+        assert phrase in text, phrase
+    assert "`MixedPrecisionPolicy`" in text and "`fully_shard(module, mp_policy=...)`" in text
+
+
+def test_the_unit_life_figure_is_the_committed_schedule():
+    """Section 1's picture is drawn from the committed run's last step: the root gathered once and
+    kept to the end, every block gathered twice, every gather of backward a prefetch issued by the
+    unit before it in backward order; the page says so in both languages."""
+    life = lab04.unit_life(report(2)["training"]["last_step"])
+    blocks = [f"blocks.{i}" for i in range(TrainConfig().model_config().n_layer)]
+    assert life["units"] == ["root", *blocks]
+    assert len(life["gathered"]["root"]) == 1 and life["gathered"]["root"][0][1] > life["backward_from"]
+    assert all(len(life["gathered"][b]) == 2 for b in blocks)
+    prefetched = [e["unit"] for e in life["events"] if e["prefetch"]]
+    backward_gathers = [
+        e["unit"] for e in life["events"] if e["what"] == "all-gather" and e["at"] >= life["backward_from"]
+    ]
+    assert prefetched == backward_gathers == blocks[::-1]
+    order = ["root", *blocks[::-1]]  # backward: the root first, then the last block
+    assert life["issued_by"] == {u: order[i] for i, u in enumerate(order[1:])}
+    sentence = {
+        "en": "the root's asks for block 3, block 3's for block 2",
+        "es": "el de la raíz pide el bloque 3, el del bloque 3 pide el bloque 2",
+    }
+    for lang in PAGES:
+        text = _prose(lang)
+        assert f"(../figures/fsdp-unit-life-{lang}.png)" in text
+        assert sentence[lang] in text

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from minigpt.pages import lab05
+from minigpt.pages.lang import num
 from minigpt.parallel.tensor_parallel import ring_attention_bytes, tp_bytes_per_step
 from minigpt.runners.lab05_tensor_parallel import param_bytes_model
 from minigpt.train import TrainConfig
@@ -131,3 +132,134 @@ def test_the_page_shows_the_tables_and_links_the_theory(lang):
     theory = (ROOT / "theory" / f"02-parallelism-flavours{suffix}").read_text(encoding="utf-8")
     for anchor in ("#proofs", "#memory", "#ring"):
         assert f"05-tensor-and-context-parallel{suffix}{anchor}" in theory, anchor
+
+
+# --- issue 29: the numbers the prose states, tied to the model's shapes, and the page's pictures ----
+
+
+def _prose(lang: str) -> str:
+    """The page with its lines joined: a phrase may break across lines."""
+    return " ".join(PAGES[lang].read_text(encoding="utf-8").split())
+
+
+def test_the_cut_model_s_shapes_are_the_page_s():
+    """Built as the lab builds it (rank 0 of a pretend two-rank group): the sequence-parallel
+    gradients the step all-reduces, the vocabulary columns a rank keeps, the MLP's slices: the page
+    module's numbers, worked out from the whole model's shapes, are the cut model's."""
+    from minigpt.model import GPTConfig, MiniGPT
+    from minigpt.parallel.tensor_parallel import TPMiniGPT
+    from tests.fake_world import fake_world
+
+    with fake_world(0, 2):
+        model = TPMiniGPT(MiniGPT(GPTConfig()), sequence_parallel=True)
+        floats = sum(p.numel() for p in model.sequence_parallel_parameters())
+        per_rank, start = model.wte.per_rank, model.wte.start
+        fc, proj = tuple(model.blocks[0].mlp.fc.weight.shape), tuple(model.blocks[0].mlp.proj.weight.shape)
+    assert floats == lab05.sequence_parallel_grad_floats() == 5184
+    assert lab05.vocab_columns(2)[0] == (start, start + per_rank) == (0, 305)
+    shapes = lab05.mlp_shapes(2)
+    assert (shapes["fc_weight"], shapes["proj_weight"]) == (fc, proj) == ((192, 96), (96, 192))
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_sequence_parallel_all_reduce_is_counted(lang):
+    """Sections 1 and 5: 5,184 floats, 20,736 bytes that a ring on two ranks sends once per rank,
+    about 20.7 KB per step."""
+    floats, sent = lab05.sequence_parallel_grad_floats(), lab05.sequence_parallel_grad_bytes_sent(2)
+    assert sent == 4 * floats == 20_736
+    text = _prose(lang)
+    assert f"{num(floats, lang)} floats" in text if lang == "en" else f"{num(floats, lang)} números" in text
+    assert f"{num(sent, lang)} bytes" in text
+    assert (f"{num(sent / 1000, lang, 1)} KB") in text
+    assert "few kilobytes" not in text and "pocos kilobytes" not in text
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_vocabulary_parallel_loss_keeps_this_rank_s_columns(lang):
+    """Section 3 (memory) and section 1's picture: each rank keeps its V/tp columns of the logits."""
+    (a0, b0), (a1, b1) = lab05.vocab_columns(2)
+    text = _prose(lang)
+    assert f"{a0}–{b0 - 1}" in text and f"{a1}–{b1 - 1}" in text
+    phrase = f"{b0 - a0} of the {b1} padded columns" if lang == "en" else f"{b0 - a0} de las {b1} columnas con relleno"
+    assert phrase in text
+    assert "logits' softmax are kept whole" not in text and "el softmax de los logits" not in text
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_mlp_picture_s_shapes_are_stated(lang):
+    s = lab05.mlp_shapes(2)
+    text = _prose(lang)
+    for value in (f"{s['fc_weight'][0]} × {s['fc_weight'][1]}", f"{s['proj_weight'][0]} × {s['proj_weight'][1]}"):
+        assert value in text, value
+    assert f"{s['fc_weight'][0]} " in text and f"{s['hidden']} " in text
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_shows_its_figures(lang):
+    text = PAGES[lang].read_text(encoding="utf-8")
+    for name in lab05.FIGURES:
+        assert f"(../figures/{name}-{lang}.png)" in text, name
+
+
+ONLINE_SOFTMAX = r"""$$
+\begin{aligned}
+m' &= \max\bigl(m,\ \max_j s_j\bigr), \\
+\ell' &= e^{\,m - m'}\,\ell + \sum_j e^{\,s_j - m'}, \\
+a' &= e^{\,m - m'}\,a + \sum_j e^{\,s_j - m'}\,v_j .
+\end{aligned}
+$$"""
+
+
+def test_the_online_softmax_equation_is_online_softmax_step():
+    """Section 1 writes the update as an equation; computed by hand, block by block, it is what
+    ``online_softmax_step`` returns, and ``a / l`` at the end is the softmax of all the scores."""
+    import math
+
+    import torch
+
+    from minigpt.parallel.tensor_parallel.ring_attention import online_softmax_step
+
+    for lang in PAGES:
+        assert ONLINE_SOFTMAX in PAGES[lang].read_text(encoding="utf-8"), lang
+    gen = torch.Generator().manual_seed(0)
+    blocks = [
+        (torch.randn(5, 4, generator=gen, dtype=torch.float64), torch.randn(4, 3, generator=gen, dtype=torch.float64))
+        for _ in range(3)
+    ]
+    blocks[1][0][0, :2] = -math.inf  # a masked key or two
+    m = ell = a = None
+    state = (None, None, None)
+    for s, v in blocks:
+        if m is None:  # the first block starts the sums
+            m = s.amax(-1)
+            ell, a = torch.exp(s - m[:, None]).sum(-1), torch.exp(s - m[:, None]) @ v
+        else:
+            m_new = torch.maximum(m, s.amax(-1))
+            scale = torch.exp(m - m_new)
+            ell = scale * ell + torch.exp(s - m_new[:, None]).sum(-1)
+            a = scale[:, None] * a + torch.exp(s - m_new[:, None]) @ v
+            m = m_new
+        state = online_softmax_step(*state, s, v)
+    assert torch.equal(state[0], m) and torch.allclose(state[1], ell) and torch.allclose(state[2], a)
+    scores, values = torch.cat([s for s, _ in blocks], -1), torch.cat([v for _, v in blocks])
+    assert torch.allclose(a / ell[:, None], torch.softmax(scores, -1) @ values)
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_ring_masks_explain_the_scores_columns(lang):
+    """The picture's counts are the mechanism's (positions, block_mask) and the committed run's
+    "scores needed" and "scores computed"; the page works the first ones out."""
+    r = load(RING[4])
+    for c in (c for c in r["cases"] if c["dtype"] == "float32"):
+        found = lab05.ring_scores(c["seq_len"], r["cp"], c["load_balanced"])
+        assert (found["needed"], found["computed"]) == (c["scores_needed"], c["scores_computed"]), c["seq_len"]
+    plain, balanced = lab05.ring_scores(32, 4, False), lab05.ring_scores(32, 4, True)
+    assert plain["needed"][0] == sum(range(1, 9)) == 36
+    text = _prose(lang)
+    assert " · ".join(num(n, lang) for n in plain["needed"]) in text
+    assert "1 + 2 + … + 8 = 36" in text
+    needed, computed = balanced["needed"][0], balanced["computed"][0]
+    gives = {"en": f"gives every rank {needed}", "es": f"da {needed} a cada rank"}
+    all_of = {"en": f"all {computed} scores", "es": f"las {computed} puntuaciones"}
+    assert gives[lang] in text and all_of[lang] in text
+    assert len(set(balanced["computed"])) == 1 and balanced["computed"][0] == max(plain["computed"])

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from minigpt import grammar
 from minigpt.pages import lab06
@@ -190,3 +191,100 @@ def test_the_page_snippets_print_what_they_say(lang):
         with contextlib.redirect_stdout(out):
             exec(compile(code, f"lab06.{lang}", "exec"), {})
         assert out.getvalue().splitlines() == expected, code
+
+
+# --- issue 29: what the page says about the bubble, the learning rate and the mesh, and its pictures ---
+
+
+def _prose(path: Path) -> str:
+    """A page with its lines joined: a phrase may break across lines."""
+    return " ".join(path.read_text(encoding="utf-8").split())
+
+
+THEORY_02 = {
+    "en": ROOT / "theory" / "02-parallelism-flavours.md",
+    "es": ROOT / "theory" / "02-parallelism-flavours.es.md",
+}
+
+
+def test_the_bubble_formula_is_no_bound():
+    """Section 4 and theory 02: the committed measurements lie above (p-1)/(m+p-1) at some points
+    and below it at others, so neither page calls the formula a bound the measurement stays above
+    (or below); the figure's points are the reports' numbers."""
+    above = below = 0
+    for name in PIPELINE.values():
+        r = load(name)
+        points = lab06.bubble_points(r)
+        for schedule in SCHEDULES:
+            for m, measured, model in points[schedule]:
+                assert (measured, model) == (
+                    r["bubble"][schedule][str(m)]["measured"],
+                    r["bubble"][schedule][str(m)]["model"],
+                )
+                above += measured > model
+                below += measured < model
+    assert above and below, (above, below)
+    for pages in (PAGES, THEORY_02):
+        for path in pages.values():
+            text = _prose(path).lower()
+            for wrong in (
+                "lower bound",
+                "the measured bubble stays above the formula",
+                "the measured bubble is larger than",
+                "is a bound for",
+                "cota inferior",
+                "la burbuja medida queda por encima de la fórmula",
+                "la burbuja medida es mayor que",
+                "es una cota para",
+            ):
+                assert wrong not in text, (path.name, wrong)
+    for lang in PAGES:
+        assert f"(../figures/pipeline-bubble-measured-{lang}.png)" in PAGES[lang].read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_square_root_rule_is_said_as_theory_02_says_it(lang):
+    phrase = {
+        "en": "the one analysed for adaptive optimizers such as Adam",
+        "es": "es la que se ha analizado para optimizadores adaptativos como Adam",
+    }[lang]
+    lab, theory = _prose(PAGES[lang]), _prose(THEORY_02[lang])
+    assert phrase in lab and phrase in theory
+    assert "usual one for Adam" not in lab and "habitual para Adam" not in lab
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_formulas_the_page_names_are_theory_02_s(lang):
+    """A quantity the lab page names in its formulas (V_{\\text{...}}, M_{\\text{...}}) is written the
+    same way in theory page 02 of the same language."""
+    names = set(re.findall(r"[VM]_\{\\text\{[^}]+\}\}", PAGES[lang].read_text(encoding="utf-8")))
+    assert names, "the page names theory 02's quantities"
+    theory = THEORY_02[lang].read_text(encoding="utf-8")
+    assert all(name in theory for name in names), sorted(n for n in names if n not in theory)
+
+
+def test_the_mesh_figure_s_groups_are_the_device_mesh_s():
+    """Section 5's picture: the groups of each reading of the 2 x 2 mesh, as the page module works
+    them out from the committed run's degrees, are the ones ``init_device_mesh`` builds (asked on
+    every rank of a pretend four-rank group); the page names them."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tests.fake_world import fake_world
+
+    r = load(MESH)
+    for key, dims in lab06.MESH_DIMS.items():
+        degrees = {dim: r["mesh"][key][dim] for dim in dims}
+        drawn = lab06.mesh_groups(degrees)
+        for rank in range(r["world_size"]):
+            with fake_world(rank, r["world_size"]):
+                mesh = init_device_mesh("cpu", tuple(degrees.values()), mesh_dim_names=dims)
+                for dim in dims:
+                    group = dist.get_process_group_ranks(mesh.get_group(dim))
+                    assert group in drawn[dim], (key, dim, rank, group, drawn[dim])
+    hsdp = lab06.mesh_groups({"replicate": 2, "shard": 2})
+    for lang, words in (("en", ("ranks {} and {}", ", ")), ("es", ("los ranks {} y {}", ", "))):
+        text = _prose(PAGES[lang])
+        for dim in ("shard", "replicate"):
+            listed = words[1].join(words[0].format(*g) for g in hsdp[dim])
+            assert listed in text, (lang, listed)
+        assert f"(../figures/device-mesh-2x2-{lang}.png)" in text

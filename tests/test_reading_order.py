@@ -1,10 +1,16 @@
 """One reading order for the whole course, written once and followed everywhere.
 
 The order is the course map of README.md, read row by row, the theory page before the lab guide:
-theory 00, Lab 00, theory 01, Lab 01, ... . Everything else must agree with it:
+theory 00, Lab 00, theory 01, Lab 01, ... . A lab without a theory page of its own links, in its
+theory cell, the sections of an earlier theory page to read again (Lab 05: theory 02's tensor,
+sequence and context sections): a reminder, not a new place in the order. Everything else must agree
+with it:
 
-* the other maps (README.es.md, docs/index.md, docs/index.es.md) list the same pages in the same
-  order, the Spanish maps the Spanish twins; every theory page and lab guide is in the map, once;
+* the other maps (README.es.md, docs/index.md, docs/index.es.md) link the same pages in the same
+  order, reminders included, the Spanish maps the Spanish twins; every theory page and lab guide has
+  one place in the map (its first link), and a reminder links a section of a page above it;
+* each row's topic ("05 · Tensor and context parallelism") is its lab page's title without "Lab 05 · "
+  (the site's navigation shows that title, so the two say the same);
 * each page's "Read first" section (``{ #read-first }``) links only pages before it;
 * each page's "What next" section (``{ #next }``) links the page right after it, and no page later
   than that (it may recall earlier ones); the last page links none after it;
@@ -98,10 +104,24 @@ def map_links(path: str) -> list[str]:
     return course_links("\n".join(rows), path)
 
 
+def map_targets(path: str) -> list[str]:
+    """The link targets of a file's course map, row by row, anchors kept: ``theory/02-x.md#hsdp``."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"^## .*(course map|mapa del curso)", line, re.I))
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append(line)
+    return [t for t in LINK.findall("\n".join(rows)) if COURSE_PAGE.search(t.split("#")[0].replace(".es.md", ".md"))]
+
+
 @cache
 def order() -> tuple[str, ...]:
-    """The course's reading order (English pages): README.md's course map."""
-    return tuple(map_links("README.md"))
+    """The course's reading order (English pages): README.md's course map, each page at its first
+    link (a later link to it is a reminder)."""
+    return tuple(dict.fromkeys(map_links("README.md")))
 
 
 def position(page: str) -> int:
@@ -115,17 +135,56 @@ def describe(pages) -> str:
 def test_the_map_lists_every_page_once():
     pages = order()
     english_pages = sorted(p for p in PAGES if not spanish(p))
-    assert all(not spanish(p) for p in pages), f"README.md's course map links Spanish pages: {describe(pages)}"
-    repeated = sorted({p for p in pages if pages.count(p) > 1})
-    assert not repeated, f"README.md's course map lists these pages more than once: {repeated}"
+    assert all(not spanish(p) for p in map_links("README.md")), "README.md's course map links Spanish pages"
     missing = sorted(set(english_pages) - set(pages))
     assert not missing, f"README.md's course map leaves out {missing}: every theory page and lab guide has its place"
+
+
+@pytest.mark.parametrize("path", MAPS)
+def test_a_page_linked_again_is_a_section_of_a_theory_page_above(path):
+    """A map links a page a second time only as a reminder: a section (an anchor that exists) of a
+    theory page, in the theory cell of a later row, in the map's language."""
+    seen: set[str] = set()
+    for target in map_targets(path):
+        page = course_links(f"]({target})", path)[0]
+        if english(page) in seen:
+            assert page.startswith("theory/") and "#" in target, (
+                f"{path} links {target} again: only a theory section may be"
+            )
+            heading_id = target.split("#", 1)[1]
+            assert re.search(rf"\{{ *#{heading_id} *\}}", (ROOT / page).read_text(encoding="utf-8")), target
+            assert spanish(page) == (MAPS[path] == "es"), f"{path} links {target}: a page in the other language"
+        seen.add(english(page))
+
+
+def lab_title(page: str) -> str:
+    """A lab page's title without its "Lab NN · " (or "Laboratorio NN · "), and its number."""
+    first = (ROOT / page).read_text(encoding="utf-8").splitlines()[0]
+    found = re.match(r"^# (?:Lab|Laboratorio) (\d\d) · (.+?) \{ *#[\w-]+ *\}$", first)
+    assert found, f"{page} must open with '# Lab NN · Title {{ #lab-NN }}'"
+    return found.group(1), found.group(2)
+
+
+@pytest.mark.parametrize("path", MAPS)
+def test_the_map_s_topics_are_the_lab_pages_titles(path):
+    """Each row's topic is its lab page's title (the site's navigation shows the page's title, so the
+    map and the navigation name a lab the same way), and its theory cell links the theory to read."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    rows = [line for line in lines if re.match(r"^\| \d\d · ", line)]
+    assert rows, f"{path}: no course map rows"
+    for row in rows:
+        topic = row.split("|")[1].strip()
+        lab = next(p for p in course_links(row, path) if p.startswith("lab/"))
+        number, title = lab_title(lab)
+        assert topic == f"{number} · {title}", f"{path}: the row '{topic}' and {lab}'s title '{title}' differ"
+        theory = [p for p in course_links(row.split("|")[2], path) if p.startswith("theory/")]
+        assert theory, f"{path}: the row '{topic}' links no theory page in its theory cell"
 
 
 @pytest.mark.parametrize("path", [p for p in MAPS if p != "README.md"])
 def test_every_map_gives_the_same_order(path):
     lang = MAPS[path]
-    expected = [twin(p, lang) for p in order()]
+    expected = [twin(p, lang) for p in map_links("README.md")]
     assert map_links(path) == expected, (
         f"{path}'s course map must list {expected} in this order (README.md's map: {describe(order())})"
     )

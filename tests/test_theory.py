@@ -606,3 +606,75 @@ def test_worked_examples_in_the_prose_are_the_codes():
             if text not in page_text(stem, lang):
                 missing.append(f"{page_path(stem, lang).name}: {text!r}")
     assert not missing, "numbers the code computes but the pages do not say:\n" + "\n".join(missing)
+
+
+# --- issue 29: statements of pages 02 and 03, tied to the code and to the installed PyTorch -------
+
+
+def _prose(stem: str, lang: str) -> str:
+    """A page with its lines joined: a phrase may break across lines."""
+    return " ".join(page_text(stem, lang).split())
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_10sbh_term_is_norm_inputs_outputs_and_dropout_masks(lang):
+    """Page 02: the activations tensor parallelism leaves whole are the two layer norms' inputs
+    (4 sbh) and outputs (4 sbh) and the two dropout masks (2 sbh): the constant of Korthikanti et
+    al.'s sbh(10 + 24/t + 5as/(ht)), as minigpt.zero.analytic computes it."""
+    s, b, h, a = 4096, 1, 4096, 32
+    one, two = (za.activation_bytes_per_layer(s, b, h, a, tensor_parallel=t) for t in (1, 2))
+    assert 2 * two - one == 10 * s * b * h == (4 + 4 + 2) * s * b * h
+    text = _prose("02-parallelism-flavours", lang)
+    for term in (r"$4\,sbh$", r"$2\,sbh$", r"$10\,sbh$", "Korthikanti et al., 2022"):
+        assert term in text, term
+    assert text.count(r"$4\,sbh$") == 2
+    assert (
+        "the dropout masks, the residual stream" not in text
+        and "las máscaras de dropout, el flujo residual" not in text
+    )
+
+
+def _theory03_plan(lang: str) -> str:
+    blocks = PYTHON_BLOCK.findall(page_text("03-fsdp-in-practice", lang))
+    return next(code for code in blocks if "fully_shard(model" in code and "strategy" in code)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_page_03_leaves_the_root_at_fsdp2_s_default(lang):
+    """Page 03's plan passes reshard_after_forward=True to the blocks only. Run on a pretend
+    two-rank group, the installed FSDP2 then keeps the root gathered after forward (no
+    post-forward reshard) and frees the blocks; the same True given to the root would free it too.
+    And fully_shard wraps nothing: it swaps each unit's class, FSDPBlock, FSDPMiniGPT."""
+    import inspect
+
+    from torch.distributed.fsdp import fully_shard
+
+    from minigpt.model import GPTConfig, MiniGPT
+    from tests.fake_world import fake_world
+
+    code = _theory03_plan(lang)
+    root_call = [line for line in code.splitlines() if line.startswith("fully_shard(model")]
+    assert len(root_call) == 1 and "reshard_after_forward" not in root_call[0] and "**" not in root_call[0]
+    assert inspect.signature(fully_shard).parameters["reshard_after_forward"].default is None
+
+    def reshards(module) -> bool:
+        state = module._get_fsdp_state()
+        return state._fsdp_param_group.post_forward_mesh_info is not None
+
+    with fake_world(0, 2):
+        model = MiniGPT(GPTConfig())
+        exec(compile(code, f"03-fsdp-in-practice.{lang}", "exec"), {"model": model})
+        model._get_fsdp_state()._lazy_init()
+        assert not reshards(model) and all(reshards(b) for b in model.blocks)
+        assert (type(model).__name__, type(model.blocks[0]).__name__) == ("FSDPMiniGPT", "FSDPBlock")
+        assert type(model).__mro__[2] is MiniGPT and not hasattr(model, "module")  # no wrapper
+    with fake_world(0, 2):
+        model = MiniGPT(GPTConfig())
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=True)
+        fully_shard(model, reshard_after_forward=True)  # what the page used to do
+        model._get_fsdp_state()._lazy_init()
+        assert reshards(model)
+    text = _prose("03-fsdp-in-practice", lang)
+    assert "`FSDPBlock`" in text and "`FSDPMiniGPT`" in text
+    assert "appears as a wrapper" not in text and "aparece como un envoltorio" not in text

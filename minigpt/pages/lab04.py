@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from minigpt.pages import rulers
-from minigpt.pages.lang import num, sci, table, tr, yes
+from minigpt.pages.lang import localize, num, sci, table, tr, yes
 
 SETTING_NAMES = {
     "implicit": ("implicit (FSDP2's default)", "implícita (la de FSDP2)"),
@@ -239,9 +239,9 @@ def norms(r: dict, lang: str) -> str:
             tr(
                 lang,
                 "ours: one all-reduce of each parameter's squared local norm",
-                "el nuestro: un all-reduce de la norma local al cuadrado de cada parámetro",
+                "la nuestra: un all-reduce de la norma local al cuadrado de cada parámetro",
             ),
-            repr(n["ours"]),
+            localize(repr(n["ours"]), lang),
         ],
         [
             tr(
@@ -249,7 +249,7 @@ def norms(r: dict, lang: str) -> str:
                 "FSDP2: `clip_grad_norm_` on its sharded gradients",
                 "FSDP2: `clip_grad_norm_` sobre sus gradientes fragmentados",
             ),
-            repr(n["fsdp2"]),
+            localize(repr(n["fsdp2"]), lang),
         ],
         [
             tr(
@@ -257,7 +257,7 @@ def norms(r: dict, lang: str) -> str:
                 "one all-reduce of one number: each rank's norm, squared",
                 "un all-reduce de un solo número: la norma de cada rank, al cuadrado",
             ),
-            repr(n["one_number"]),
+            localize(repr(n["one_number"]), lang),
         ],
     ]
     head = [
@@ -500,8 +500,8 @@ def side_by_side(lang: str) -> str:
         rows.append(
             [
                 tr(lang, en, es),
-                f"`{m_name}` ({m_path.removeprefix(root)}:{m_line})",
-                f"`{t_name}` ({t_path.removeprefix(torch_dir)}:{t_line})",
+                f"`{m_name}` (`{m_path.removeprefix(root)}:{m_line}`)",
+                f"`{t_name}` (`{t_path.removeprefix(torch_dir)}:{t_line}`)",
             ]
         )
     head = [tr(lang, "what", "qué"), tr(lang, "ours", "el nuestro"), f"FSDP2 (torch {torch.__version__.split('+')[0]})"]
@@ -509,3 +509,168 @@ def side_by_side(lang: str) -> str:
 
 
 TABLES = {"fsdp-side-by-side": side_by_side}
+
+
+# ----------------------------------------------------------------------------------------------
+# A unit's life in one step, drawn from the recorded schedule of the committed run
+
+RESULTS = Path(__file__).resolve().parents[2] / "lab" / "results"
+UNIT_LIFE_REPORT = RESULTS / "04-fsdp-cpu.json"  # the run the page quotes: 2 ranks, the default settings
+
+
+def unit_life(step: dict) -> dict:
+    """What each unit did in one step, from a :class:`~minigpt.parallel.fsdp_by_hand.record.Step`
+    as the report keeps it: its ``schedule`` (the training thread's order of events, no clock) and
+    its ``collectives`` (in issue order; an asynchronous all-gather is a prefetch).
+
+    Returns ``units`` (the root first, then the blocks in forward order), ``events`` (each
+    ``{"at", "what", "unit", "prefetch"}``, ``at`` its place in the schedule), ``gathered`` (unit ->
+    the (from, to) places between an all-gather and the free that ends it), ``issued_by`` (a
+    prefetched unit -> the unit whose pre-backward issued it: the one before it in backward order,
+    :func:`~minigpt.parallel.fsdp_by_hand.prefetch.backward_prefetch_targets`) and ``backward_from``
+    (the place of backward's first event)."""
+    from minigpt.parallel.fsdp_by_hand.prefetch import backward_prefetch_targets
+
+    asynchronous = iter([c["async"] for c in step["collectives"] if c["kind"] == "all-gather"])
+    events = []
+    for at, item in enumerate(step["schedule"]):
+        what, unit = item.split(" ", 1)
+        events.append({"at": at, "what": what, "unit": unit, "prefetch": what == "all-gather" and next(asynchronous)})
+    blocks = list(dict.fromkeys(e["unit"] for e in events if e["what"] == "forward"))
+    units = ["root", *blocks]
+    post_forward_order = [*blocks, "root"]  # the root's forward wraps every block's
+    issued_by = {}
+    for e in events:
+        if e["prefetch"]:
+            issued_by[e["unit"]] = next(
+                u for u in units if e["unit"] in backward_prefetch_targets(post_forward_order, u)
+            )
+    gathered: dict[str, list[tuple[int, int]]] = {u: [] for u in units}
+    start: dict[str, int] = {}
+    for e in events:
+        if e["what"] == "all-gather":
+            start[e["unit"]] = e["at"]
+        elif e["what"] == "free":
+            gathered[e["unit"]].append((start.pop(e["unit"]), e["at"]))
+    backward_from = next(e["at"] for e in events if e["what"] == "backward") - 1
+    while events[backward_from - 1]["what"] == "all-gather":  # backward's gathers come before its first block
+        backward_from -= 1
+    return {
+        "units": units,
+        "events": events,
+        "gathered": gathered,
+        "issued_by": issued_by,
+        "backward_from": backward_from,
+    }
+
+
+LIFE_STYLE = {  # what: (marker text, colour)
+    "all-gather": ("AG", "#55A868"),
+    "forward": ("F", "#4C72B0"),
+    "backward": ("B", "#DD8452"),
+    "free": ("×", "#7f7f7f"),
+    "reduce-scatter": ("RS", "#C44E52"),
+}
+
+
+def _unit_label(unit: str, lang: str) -> str:
+    return tr(lang, "root", "raíz") if unit == "root" else tr(lang, "block ", "bloque ") + unit.split(".")[-1]
+
+
+def draw_unit_life(step: dict, lang: str, path: Path) -> None:
+    """Each unit's row: gathered (a thick bar) or sharded (a thin line) along the schedule, its
+    all-gathers, forward and backward, frees and reduce-scatter, and an arrow from the unit that
+    issued each prefetch."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    life = unit_life(step)
+    units, events = life["units"], life["events"]
+    row = {u: i for i, u in enumerate(units)}
+    n = len(events)
+    fig = Figure(figsize=(8.2, 3.6))
+    ax = fig.add_subplot()
+    for unit, spans in life["gathered"].items():
+        y = row[unit]
+        ax.plot([-0.5, n - 0.5], [y, y], color="#cccccc", linewidth=1, zorder=1)
+        for a, b in spans:
+            ax.broken_barh([(a, b - a)], (y - 0.17, 0.34), color="#c6dbef", zorder=2)
+    for e in events:
+        text, color = LIFE_STYLE[e["what"]]
+        y = row[e["unit"]]
+        face = "white" if e["prefetch"] else color
+        ax.text(
+            e["at"],
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color=color if e["prefetch"] else "white",
+            fontweight="bold",
+            zorder=4,
+            bbox={"boxstyle": "round,pad=0.25", "facecolor": face, "edgecolor": color, "linewidth": 1.3},
+        )
+        if e["prefetch"]:
+            source = row[life["issued_by"][e["unit"]]]
+            toward = 1 if source > y else -1  # rows grow downwards
+            ax.annotate(
+                "",
+                xy=(e["at"] - 0.2, y + 0.24 * toward),
+                xytext=(e["at"] - 1.0, source - 0.24 * toward),
+                arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2, "connectionstyle": "arc3,rad=0.25"},
+                zorder=3,
+            )
+    split = life["backward_from"] - 0.5
+    ax.axvline(split, color="#999999", linestyle="--", linewidth=1)
+    top = -0.75
+    ax.text(split / 2, top, tr(lang, "forward", "pasada hacia delante"), ha="center", va="bottom", fontsize=9)
+    ax.text((split + n) / 2, top, tr(lang, "backward", "pasada hacia atrás"), ha="center", va="bottom", fontsize=9)
+    ax.set_yticks(range(len(units)), [_unit_label(u, lang) for u in units])
+    ax.set_ylim(len(units) - 0.4, -0.95)
+    ax.set_xlim(-0.8, n - 0.2)
+    ax.set_xticks([])
+    ax.set_xlabel(
+        tr(
+            lang,
+            "the events of one training step in the order they happened (rank 0), not to scale in time",
+            "los eventos de un paso de entrenamiento en el orden en que ocurrieron (rank 0), sin escala de tiempo",
+        ),
+        fontsize=8.5,
+    )
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.legend(
+        handles=[
+            Patch(facecolor="#c6dbef", label=tr(lang, "gathered (whole)", "reunida (entera)")),
+            Patch(color=LIFE_STYLE["all-gather"][1], label=tr(lang, "AG all-gather", "AG all-gather")),
+            Patch(
+                facecolor="white",
+                edgecolor=LIFE_STYLE["all-gather"][1],
+                label=tr(lang, "AG prefetched (arrow: who issued it)", "AG precargado (flecha: quién lo lanzó)"),
+            ),
+            Patch(color=LIFE_STYLE["forward"][1], label=tr(lang, "F forward", "F hacia delante")),
+            Patch(color=LIFE_STYLE["backward"][1], label=tr(lang, "B backward", "B hacia atrás")),
+            Line2D([], [], color=LIFE_STYLE["free"][1], marker="x", linestyle="", label=tr(lang, "freed", "liberada")),
+            Patch(color=LIFE_STYLE["reduce-scatter"][1], label=tr(lang, "RS reduce-scatter", "RS reduce-scatter")),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=4,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
+
+
+def plot_unit_life(path: Path, lang: str) -> None:
+    """The figure of the page (``figures/fsdp-unit-life-<lang>.png``): the last training step of
+    the committed 2-rank run."""
+    report = json.loads(UNIT_LIFE_REPORT.read_text())
+    draw_unit_life(report["training"]["last_step"], lang, path)
+
+
+FIGURES = {"fsdp-unit-life": plot_unit_life}

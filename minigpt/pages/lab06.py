@@ -383,3 +383,205 @@ def fragment(report: dict, lang: str) -> str:
 def render(json_path: str | Path) -> list[Path]:
     """``X.json`` -> ``X-en.txt`` and ``X-es.txt``."""
     return write_tables(json_path, fragment)
+
+
+# ----------------------------------------------------------------------------------------------
+# The page's figures, from the committed runs
+
+RESULTS = Path(__file__).resolve().parents[2] / "lab" / "results"
+PIPELINE_REPORTS = {2: RESULTS / "06-pipeline-cpu.json", 4: RESULTS / "06-pipeline-4-cpu.json"}
+MESH_REPORT = RESULTS / "06-mesh-cpu.json"
+STAGE_COLORS = {2: "#4C72B0", 4: "#DD8452"}
+
+
+def _load(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+def bubble_points(report: dict) -> dict:
+    """``{schedule: [(m, measured, model), ...]}`` from a pipeline report's ``bubble`` section, by m."""
+    return {
+        schedule: sorted((int(m), v["measured"], v["model"]) for m, v in report["bubble"][schedule].items())
+        for schedule in SCHEDULE_NAMES
+    }
+
+
+def plot_bubble(path: Path, lang: str) -> None:
+    """The bubble against the number of micro-batches: (p-1)/(m+p-1) as a curve, the committed
+    runs' measurements (2 and 4 stages, GPipe and 1F1B) as points."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.2, 4.0))
+    ax = fig.add_subplot()
+    markers = {"gpipe": "o", "1f1b": "^"}
+    for p, report_path in PIPELINE_REPORTS.items():
+        points = bubble_points(_load(report_path))
+        color = STAGE_COLORS[p]
+        ms = [m for m, _, _ in points["gpipe"]]
+        curve = [1 + i / 20 for i in range(20 * (max(ms) - 1) + 1)]
+        ax.plot(curve, [100 * bubble_model(p, m) for m in curve], color=color, linewidth=1.5, zorder=1)
+        ax.text(
+            max(ms) * 1.04,
+            100 * bubble_model(p, max(ms)),
+            tr(lang, f"p = {p}, model", f"p = {p}, modelo"),
+            color=color,
+            fontsize=8,
+            va="center",
+        )
+        for schedule, name in SCHEDULE_NAMES.items():
+            shift = 0.97 if schedule == "gpipe" else 1.03  # side by side, not on top of each other
+            ax.scatter(
+                [m * shift for m, _, _ in points[schedule]],
+                [100 * measured for _, measured, _ in points[schedule]],
+                marker=markers[schedule],
+                facecolor=color if schedule == "gpipe" else "white",
+                edgecolor=color,
+                s=36,
+                zorder=3,
+                label=tr(lang, f"p = {p}, {name}, measured", f"p = {p}, {name}, medido"),
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ms, [str(m) for m in ms])
+    ax.set_xlim(0.8, max(ms) * 1.6)
+    ax.set_ylim(0, 80)
+    ax.set_xlabel(tr(lang, "micro-batches m", "microlotes m"))
+    ax.set_ylabel(tr(lang, "bubble (% of the step idle)", "burbuja (% del paso inactivo)"))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7.5, loc="lower left", ncol=2)
+    ax.set_title(
+        tr(
+            lang,
+            "The model (p−1)/(m+p−1) and the bubble measured by Lab 06's check",
+            "El modelo (p−1)/(m+p−1) y la burbuja medida por la comprobación del laboratorio 06",
+        ),
+        fontsize=9.5,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
+
+
+MESH_DIMS = {  # the report's key -> (dimension of the rows, of the columns), as init_device_mesh names them
+    "hsdp": ("replicate", "shard"),
+    "dp_tp": ("dp", "tp"),
+}
+
+
+def mesh_groups(degrees: dict[str, int]) -> dict[str, list[list[int]]]:
+    """The rank groups of a 2-D mesh ``{outer: R, inner: S}`` (in that order) laid out as
+    ``init_device_mesh`` lays out ``arange(R * S).reshape(R, S)``: a group of the inner dimension is
+    a row (consecutive ranks), a group of the outer one a column. From Lab 02's
+    :func:`minigpt.zero.analytic.hsdp_groups`, which lays out HSDP's shard and replica groups so."""
+    from minigpt.zero import analytic as za
+
+    (outer, rows), (inner, per_row) = degrees.items()
+    rows_groups, column_groups = za.hsdp_groups(per_row, rows)
+    return {inner: rows_groups, outer: column_groups}
+
+
+MESH_WORDS = {  # dimension -> (what runs along it, en / es)
+    "shard": (
+        "all-gather of the weights, reduce-scatter of the gradients",
+        "all-gather de los pesos, reduce-scatter de los gradientes",
+    ),
+    "replicate": ("all-reduce of each gradient shard", "all-reduce de cada fragmento del gradiente"),
+    "tp": ("all-reduces of the activations, every layer", "all-reduce de las activaciones, en cada capa"),
+    "dp": ("all-reduce of the gradients (DDP), once per step", "all-reduce de los gradientes (DDP), una vez por paso"),
+}
+
+
+def plot_mesh(path: Path, lang: str) -> None:
+    """The committed mesh run's two readings of four ranks as a 2 x 2 grid: HSDP's shard groups
+    (rows) and replicate groups (columns), DP x TP's tp groups (rows) and dp groups (columns)."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyBboxPatch
+
+    report = _load(MESH_REPORT)
+    fig = Figure(figsize=(8.2, 3.9))
+    axes = fig.subplots(1, 2)
+    titles = {"hsdp": "HSDP", "dp_tp": "DP × TP"}
+    row_color, column_color = "#4C72B0", "#DD8452"
+    for ax, (key, (outer, inner)) in zip(axes, MESH_DIMS.items()):
+        degrees = {outer: report["mesh"][key][outer], inner: report["mesh"][key][inner]}
+        groups = mesh_groups(degrees)
+        ax.set_xlim(-0.2, 4.6)
+        ax.set_ylim(4.1, -0.6)
+        ax.axis("off")
+        ax.set_title(
+            f"{titles[key]}: " + tr(lang, f"mesh ({outer!r}, {inner!r})", f"malla ({outer!r}, {inner!r})"), fontsize=9.5
+        )
+        for i, group in enumerate(groups[inner]):  # rows
+            y = 0.4 + 1.3 * i
+            ax.add_patch(
+                FancyBboxPatch(
+                    (0.05, y - 0.42),
+                    2.5,
+                    0.84,
+                    boxstyle="round,pad=0.02,rounding_size=0.15",
+                    facecolor="none",
+                    edgecolor=row_color,
+                    linewidth=2,
+                )
+            )
+            ax.text(
+                2.7,
+                y,
+                tr(
+                    lang,
+                    f"{inner} group {i}:\nranks {group[0]}, {group[1]}",
+                    f"grupo {inner} {i}:\nranks {group[0]}, {group[1]}",
+                ),
+                va="center",
+                fontsize=8,
+                color=row_color,
+            )
+            for j, rank in enumerate(group):
+                x = 0.6 + 1.4 * j
+                ax.add_patch(
+                    FancyBboxPatch(
+                        (x - 0.38, y - 0.3),
+                        0.76,
+                        0.6,
+                        boxstyle="round,pad=0.02,rounding_size=0.1",
+                        facecolor="#f2f2f2",
+                        edgecolor="#555555",
+                    )
+                )
+                ax.text(x, y, f"rank {rank}", ha="center", va="center", fontsize=8.5)
+        for j, group in enumerate(groups[outer]):  # columns
+            x = 0.6 + 1.4 * j
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x - 0.5, -0.12),
+                    1.0,
+                    2.05,
+                    boxstyle="round,pad=0.02,rounding_size=0.15",
+                    facecolor="none",
+                    edgecolor=column_color,
+                    linewidth=2,
+                    linestyle="--",
+                )
+            )
+            ax.text(
+                x,
+                2.2,
+                tr(
+                    lang,
+                    f"{outer} group {j}:\nranks {group[0]}, {group[1]}",
+                    f"grupo {outer} {j}:\nranks {group[0]}, {group[1]}",
+                ),
+                ha="center",
+                va="top",
+                fontsize=8,
+                color=column_color,
+            )
+        ax.text(0.05, 3.15, f"{inner}: " + tr(lang, *MESH_WORDS[inner]), fontsize=7.5, color=row_color, va="top")
+        ax.text(0.05, 3.55, f"{outer}: " + tr(lang, *MESH_WORDS[outer]), fontsize=7.5, color=column_color, va="top")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
+
+
+FIGURES = {"pipeline-bubble-measured": plot_bubble, "device-mesh-2x2": plot_mesh}

@@ -8,7 +8,8 @@ The registries gather what the page modules of this package make:
 * ``FRAGMENTS``: page fragments that are not tables (Lab 03's annotated reading,
   :mod:`minigpt.pages.lab03_reading`);
 * ``FIGURES``: name -> ``function(png_path, lang)``, a matplotlib plot (Agg backend) labelled in
-  that language (:mod:`minigpt.pages.figures`).
+  that language (:mod:`minigpt.pages.figures` for the theory pages and Lab 02; the lab modules'
+  ``FIGURES`` for Labs 04 to 06, drawn from the code and from the committed runs in ``lab/results/``).
 
 ``python -m minigpt.pages`` writes ``build/tables/<name>-<lang>.md`` and the committed figures
 ``figures/<name>-<lang>.png`` (``docs/figures`` is a link to them) for both languages, then
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.pages import figures, inline, lab02, lab03_reading, lab04, theory
+from minigpt.pages import figures, inline, lab02, lab03_reading, lab04, lab05, lab06, theory
 from minigpt.pages.lang import LANGS
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -58,6 +59,9 @@ FIGURES: dict[str, Callable[[Path, str], None]] = {
     "zero-comm-per-step": figures.plot_zero_comm,
     "hsdp-tradeoff": figures.plot_hsdp_tradeoff,
     "zero-sim-timeline": figures.plot_sim_timeline,
+    **lab04.FIGURES,  # Lab 04's page: a unit's life in one step (the committed run's schedule)
+    **lab05.FIGURES,  # Lab 05's page: the cut MLP, the vocabulary-parallel loss, ring attention's masks
+    **lab06.FIGURES,  # Lab 06's page: the bubble against m (model and committed runs), the 2 x 2 mesh
 }
 
 
