@@ -118,8 +118,9 @@ def test_the_one_number_fragment_is_its_report_rendered(tmp_path):
 
 def test_the_size_the_page_gives_our_fsdp():
     lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "minigpt" / "parallel" / "fsdp_by_hand").glob("*.py"))
-    assert lines < 1000, lines
-    assert "under\n1,000 lines" in PAGES["en"].read_text() and "menos de 1000 líneas" in PAGES["es"].read_text()
+    assert lines < 1100, lines
+    en, es = (" ".join(PAGES[lang].read_text().split()) for lang in ("en", "es"))
+    assert "under 1,100 lines" in en and "menos de 1100 líneas" in es
 
 
 # --- issue 29: statements the page makes about FSDP2 and about the run, and its picture ------------
