@@ -108,7 +108,9 @@ def test_the_mesh_run_proves_what_the_page_says():
     assert r["bytes_per_dim"] == r["bytes_model_per_dim"] and h["bytes_constant_over_steps"]
     assert all(e["measured"] == e["model"] for e in r["memory_per_rank"]["every_rank"])
     assert d["bytes_per_dim"] == d["bytes_model_per_dim"] and d["bytes_constant_over_steps"]
-    assert max(r["fp32_first_step_logit_diff"], r["fp32_first_step_grad_diff"]) <= 1e-5 and d["replicated_bit_identical"]
+    assert (
+        max(r["fp32_first_step_logit_diff"], r["fp32_first_step_grad_diff"]) <= 1e-5 and d["replicated_bit_identical"]
+    )
     assert h["step_drift"]["max"] <= 1e-5 and d["step_drift"]["max"] <= 1e-5 and r["criterion_pass"]
     assert r["pytorch_first_step_logit_diff"] <= 1e-6 and r["fp64_max_step_drift"] <= 1e-12
     # section 5, the batch: every mesh sees the whole batch of one process; the rules move a rate

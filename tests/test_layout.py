@@ -5,7 +5,9 @@ the files.
 * mechanisms (``parallel``, ``zero``, ``fsdp``) never import a runner or a page module, page
   modules never import a runner, and the core never imports any of them;
 * every lab script runs the runner named after it, and every runner has its script;
-* CONTRIBUTING.md's layout table names every script, runner and page module.
+* CONTRIBUTING.md's layout table names every script, runner and page module;
+* CONTRIBUTING.md's table of the suite's time lists exactly the test files that exist (the times are
+  measured on a quiet machine and not checked: only that no file is missing or invented).
 
 No torch here: the imports are read from the source (``ast``), not executed.
 """
@@ -109,3 +111,21 @@ def test_contributing_names_every_script_runner_and_page_module():
         assert missing == [], f"CONTRIBUTING.md's table does not name the {kind}s {missing}"
     for path in re.findall(r"`(minigpt/[\w/]+\.py)`", table):
         assert (ROOT / path).is_file(), f"CONTRIBUTING.md names {path}, which does not exist"
+
+
+def test_contributing_times_exactly_the_test_files_that_exist():
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text[text.index("## The suite's time") : text.index("## The proof harness")]
+    assert "| test file | seconds | share |" in section, "CONTRIBUTING.md has no table of each test file's time"
+    table = section[section.index("| test file |") : section.index("| all |")]
+    listed = re.findall(r"^\| `(tests/[\w/]+\.py)` \|", table, flags=re.M)
+    existing = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+    assert len(listed) == len(set(listed)), f"a test file is listed twice: {sorted(listed)}"
+    missing, invented = sorted(set(existing) - set(listed)), sorted(set(listed) - set(existing))
+    assert missing == [] and invented == [], (
+        f"CONTRIBUTING.md's durations table misses {missing} and names files that do not exist {invented}; "
+        "rerun `pytest --durations=0` and `python .ci/durations.py LOG`"
+    )
+    slowest = section[section.index("slowest tests") :]
+    for nodeid in re.findall(r"^\| `(tests/[\w/]+\.py)::", slowest, flags=re.M):
+        assert nodeid in existing, f"the slowest tests name {nodeid}, which does not exist"
