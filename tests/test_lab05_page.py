@@ -38,7 +38,7 @@ def load(name: str) -> dict:
 @pytest.mark.parametrize("run", TP)
 def test_the_tensor_parallel_runs_prove_what_the_page_says(run):
     """One step equals one process (fp32 and fp64, with and without SP) and PyTorch's own TP (the same
-    logits, bit for bit), the bytes and the parameters equal the models, the whole parameters stay
+    logits, bit for bit on 2 ranks, within 1e-6 on 4), the bytes and the parameters equal the models, the whole parameters stay
     bit-identical, the float64 drift is rounding. The float32 step drift over the whole run
     (``--check --full``) is reported: with AdamW it goes over 1e-5 late in the run, and PyTorch's own
     TP, cut the same way, goes as far (section 3's lesson); the control, one process with q, k, v as
@@ -54,7 +54,9 @@ def test_the_tensor_parallel_runs_prove_what_the_page_says(run):
     assert t["replicated_bit_identical"] and r["fp64_max_step_drift"] <= 1e-12
     assert t["steps"] == TrainConfig().steps and r["full"] and r["criterion_pass"]
     assert one["float32"]["sp"]["saved_activation_bytes"] < one["float32"]["tp"]["saved_activation_bytes"]
-    assert r["pytorch_first_step_logit_diff"] == 0.0 and r["same_as_pytorch"]
+    # two ranks: one partial sum per rank, the same two numbers added in either order, bit for bit; four
+    # ranks with SP: our reduce-scatter adds four partials in another order than gloo's all-reduce
+    assert r["pytorch_first_step_logit_diff"] <= (0.0 if r["world_size"] == 2 else 1e-6) and r["same_as_pytorch"]
     # reported, not judged alone: ours no further than twice PyTorch's on the same run
     assert r["fp32_max_step_drift"] <= max(1e-5, 2 * r["pytorch_fp32_max_step_drift"])
     assert r["control_fp32_max_step_drift"] < 1e-6, "splitting qkv alone moves the drift by rounding only"
