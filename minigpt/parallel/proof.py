@@ -393,7 +393,7 @@ class Verdict:
 
     def at_most(self, key: str, value: float, bound: float, what: str = "") -> None:
         ok = value is not None and not math.isnan(value) and value <= bound
-        self.rulers.append(Ruler(key, value, f"<= {bound:g}", ok, what))
+        self.rulers.append(Ruler(key, value, f"<= {bound:.3g}", ok, what))
 
     def equal(self, key: str, measured, expected, what: str = "") -> None:
         self.rulers.append(Ruler(key, measured, f"= {_show(expected)}", measured == expected, what))
