@@ -570,6 +570,7 @@ def schedule_figure(played: dict[str, list], lang: str):
     """The notebook's chart: ``{name: ops as check_schedule plays them}`` (a forward one unit of its
     clock, a backward two), one panel per schedule, drawn like the page's measured timelines."""
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
     fig = Figure(
         figsize=(9.0, 1.2 + 1.3 * len(played) * max(1 + max(op.stage for op in ops) for ops in played.values()) / 4)
@@ -589,8 +590,33 @@ def schedule_figure(played: dict[str, list], lang: str):
         ),
         fontsize=8,
     )
-    fig.tight_layout()
+    fig.legend(
+        handles=[
+            Patch(
+                color=KIND_COLORS["F"],
+                label=tr(lang, "forward of micro-batch i", "pasada hacia delante del microlote i"),
+            ),
+            Patch(
+                color=KIND_COLORS["B"],
+                label=tr(lang, "backward of micro-batch i", "pasada hacia atrás del microlote i"),
+            ),
+        ],
+        loc="lower center",
+        ncol=2,
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02),
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+def schedule_png(played: dict[str, list], lang: str) -> bytes:
+    """:func:`schedule_figure` as PNG bytes, for ``IPython.display.Image`` in a notebook."""
+    import io
+
+    out = io.BytesIO()
+    schedule_figure(played, lang).savefig(out, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return out.getvalue()
 
 
 MESH_DIMS = {  # the report's key -> (dimension of the rows, of the columns), as init_device_mesh names them
