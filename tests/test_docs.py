@@ -139,3 +139,39 @@ def test_the_site_description_names_every_parallelism():
         assert word in english, word
     for word in ("paralelismo de datos", "ZeRO", "FSDP", "tensores", "secuencia", "contexto", "tubería", "HSDP"):
         assert word in spanish, word
+
+
+# A lab page teaches before it proves (DESIGN.md; issue 29): the idea, run it small, the exercises,
+# then the proofs. The part before the proofs is what a learner needs for every exercise, and it is
+# kept short: its prose (code blocks, generated blocks and images left out) under about 1,500 words.
+# The Spanish twin of the same text runs longer (about 15% on these pages), hence its own bound.
+BEFORE_PROOFS_WORDS = {"en": 1500, "es": 1750}
+TEACH_FIRST = ("04", "05", "06")
+
+
+def words_before(page: Path, heading_id: str = "proofs") -> int:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    stop = next(i for i, line in enumerate(lines) if re.match(rf"^## .*\{{ *#{heading_id} *\}}\s*$", line))
+    head = "\n".join(lines[:stop])
+    head = re.sub(r"^```.*?^```", "", head, flags=re.M | re.S)
+    head = re.sub(r"<!-- generated from .*?<!-- end of [^>]*-->", "", head, flags=re.S)
+    head = re.sub(r"!\[[^\]]*\]\([^)]*\)", "", head)
+    return len(head.split())
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for n in TEACH_FIRST for p in sorted((ROOT / "lab").glob(f"{n}-*.md"))],
+    ids=lambda p: p.name,
+)
+def test_a_lab_page_teaches_before_it_proves(page):
+    lang = "es" if page.name.endswith(".es.md") else "en"
+    ids = [h for _, h in structure(page)["headings"]]
+    order = ["read-first", "design", "run", "your-exercises", "proofs", "grading", "next"]
+    assert all(h in ids for h in order), [h for h in order if h not in ids]
+    assert [h for h in ids if h in order] == order, f"{page.name}: the sections come in the order {order}"
+    found = words_before(page)
+    assert found <= BEFORE_PROOFS_WORDS[lang], (
+        f"{page.name}: {found} words before the proofs (at most {BEFORE_PROOFS_WORDS[lang]}): move what no "
+        "exercise needs after the proofs"
+    )

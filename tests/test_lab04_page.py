@@ -206,3 +206,50 @@ def test_the_unit_life_figure_is_the_committed_schedule():
         text = _prose(lang)
         assert f"(../figures/fsdp-unit-life-{lang}.png)" in text
         assert sentence[lang] in text
+
+
+# --- issue 29, part 2: the page's order, and the clipping story told from the measurement ---------
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_shows_the_proofs_it_tells(lang):
+    """Section 3 shows the rulers on 2 and 4 ranks, the clipping measured, the norms and the
+    one-number run, each a generated block of the committed results; the spoiler table (the
+    reference's file and line for each piece) comes after the exercises."""
+    text = PAGES[lang].read_text(encoding="utf-8")
+    for source in (
+        "04-fsdp-cpu-{lang}.txt:proofs",
+        "04-fsdp-cpu-{lang}.txt:clipping",
+        "04-fsdp-cpu-{lang}.txt:norms",
+        "04-fsdp-cpu-{lang}.txt:orders",
+        "04-fsdp-cpu-{lang}.txt:precision",
+        "04-fsdp-cpu-{lang}.txt:speed",
+        "04-fsdp-cpu-4-{lang}.txt:proofs",
+        "04-fsdp-cpu-one-number-norm-{lang}.txt:one-number",
+    ):
+        assert f"generated from lab/results/{source.format(lang=lang)}" in text, source
+    spoiler = text.index(f"generated from build/tables/fsdp-side-by-side-{lang}.md")
+    assert text.index("{ #your-exercises }") < text.index("{ #proofs }") < spoiler
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_clipping_story_is_the_measurement(lang):
+    """Section 3's clipping: the number of clipped steps the prose states is the run's; "most of the
+    first fifty, and a few late ones"; the twin clipping by the run's norm is the criterion and holds,
+    the one clipping by its own norm drifts further, its worst step a late clipped one (in the
+    one-number run too); float64 "about 1e-15"."""
+    r = report(2)
+    clipped, steps = r["clipped_steps"], r["training"]["steps"]
+    text = _prose(lang)
+    stated = {
+        "en": f"{len(clipped)} of the {steps} steps are clipped",
+        "es": f"se recortan {len(clipped)} de los {steps}",
+    }
+    assert stated[lang] in text
+    assert sum(s < 50 for s in clipped) > 25 and 0 < sum(s > 50 for s in clipped) <= 5
+    assert r["fp32_twin_clips_with"] == "run" and r["fp32_max_step_drift"] <= 1e-5
+    for run in (r, json.loads((RESULTS / ONE_NUMBER).read_text())):
+        own = run["training"]["step_drift_own_norm"]
+        assert own["max"] > run["fp32_max_step_drift"] and own["worst_step"] in run["clipped_steps"]
+        assert own["worst_step"] > 50, "a late clipped step"
+        assert 1e-16 < run["fp64_max_step_drift"] < 1e-14

@@ -290,3 +290,82 @@ def test_the_mesh_figure_s_groups_are_the_device_mesh_s():
             listed = words[1].join(words[0].format(*g) for g in hsdp[dim])
             assert listed in text, (lang, listed)
         assert f"(../figures/device-mesh-2x2-{lang}.png)" in text
+
+
+def test_the_timeline_figure_is_the_committed_steps():
+    """Section 1's measured timelines (``pipeline-timelines-measured``) are the committed runs' median
+    steps at m = 8: every stage ran 2m operations, one forward and one backward of each micro-batch,
+    in the order its schedule's list gives (``schedule_orders``), one after the other on its clock;
+    the page shows the figure in both languages."""
+    from minigpt.parallel.pipeline import SCHEDULES as ORDERS, schedule_orders
+
+    m = lab06.TIMELINE_M
+    assert "pipeline-timelines-measured" in lab06.FIGURES and lab06.PIPELINE_REPORTS.keys() == PIPELINE.keys()
+    for stages, name in PIPELINE.items():
+        r = load(name)
+        found = lab06.timelines(r)
+        assert found.keys() == set(SCHEDULES)
+        for schedule in SCHEDULES:
+            committed = r["bubble"][schedule][str(m)]["timeline"]
+            assert [[list(op) for op in ops] for ops in found[schedule]] == committed
+            orders = schedule_orders(ORDERS[schedule], stages, m)
+            assert len(found[schedule]) == stages == len(r["bubble"][schedule][str(m)]["waited_s"])
+            for s, ops in enumerate(found[schedule]):
+                assert len(ops) == 2 * m, (name, schedule, s)
+                assert [(kind, i) for kind, i, _, _ in ops] == [tuple(op) for op in orders[s]], (name, schedule, s)
+                assert all(start <= end for _, _, start, end in ops)
+                assert all(a[3] <= b[2] for a, b in zip(ops, ops[1:])), "a stage runs one operation at a time"
+    for lang in PAGES:
+        assert f"(../figures/pipeline-timelines-measured-{lang}.png)" in PAGES[lang].read_text(encoding="utf-8")
+
+
+# --- issue 29, part 2: the page's order, the rulers and the numbers its prose states -------------
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_shows_the_rulers_and_says_what_they_measured(lang):
+    """The rulers of both pipelines and of the meshes are shown after the exercises; the prose's
+    numbers are the reports': the short check's steps, the mesh run's steps, eight micro-batches in
+    the timelines, the same float32 drift on two stages (1F1B) and four (GPipe), DP x TP's first step
+    PyTorch's bit for bit and its drift within 1e-5."""
+    from minigpt.runners.lab06_pipeline import DEFAULT_CHECK_STEPS
+
+    text = PAGES[lang].read_text(encoding="utf-8")
+    for source in (
+        "06-pipeline-cpu-{lang}.txt:rulers",
+        "06-pipeline-4-cpu-{lang}.txt:rulers",
+        "06-mesh-cpu-{lang}.txt:rulers",
+    ):
+        assert f"generated from lab/results/{source.format(lang=lang)}" in text, source
+    assert (
+        text.index("{ #your-exercises }")
+        < text.index("{ #proofs }")
+        < text.index("06-pipeline-cpu-" + lang + ".txt:rulers")
+    )
+    for heading in ("{ #mesh }", "{ #degrees }"):  # what exercises 6.3 and 6.4 need comes before the proofs
+        assert text.index(heading) < text.index("{ #your-exercises }"), heading
+    prose = _prose(PAGES[lang])
+    two, four, mesh = load(PIPELINE[2]), load(PIPELINE[4]), load(MESH)
+    steps = TrainConfig().steps
+    said = {
+        "en": (
+            f"the first {DEFAULT_CHECK_STEPS} of the run's {steps} steps",
+            f"the run's {mesh['steps']} steps",
+            "eight micro-batches",
+        ),
+        "es": (
+            f"los primeros {DEFAULT_CHECK_STEPS} de los {steps} pasos",
+            f"los {mesh['steps']} pasos de la ejecución",
+            "ocho microlotes",
+        ),
+    }
+    for phrase in said[lang]:
+        assert phrase in prose, phrase
+    assert lab06.TIMELINE_M == 8 == two["micro_batches"] == four["micro_batches"]
+    assert (two["schedule"], four["schedule"]) == ("1f1b", "gpipe")
+    assert (
+        two["fp32_max_step_drift"] == four["fp32_max_step_drift"] and two["fp32_worst_step"] == four["fp32_worst_step"]
+    )
+    assert two["fp32_twin_clips_with"] == four["fp32_twin_clips_with"] == mesh["fp32_twin_clips_with"] == "run"
+    assert mesh["pytorch_first_step_logit_diff"] == 0.0 and mesh["dp_tp"]["step_drift"]["max"] <= 1e-5
+    assert mesh["dp_tp"]["step_drift"]["max"] <= max(1e-5, 2 * mesh["pytorch_fp32_max_step_drift"])

@@ -32,7 +32,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from minigpt import grader, impl
+from minigpt import grader, hints, impl
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +146,54 @@ def test_every_exercise_has_a_your_turn_cell_then_a_grade_cell(path):
     assert named <= set(exercises), f"cells tagged for exercises the stubs do not have: {named - set(exercises)}"
 
 
+# The notebooks of the labs that teach before they prove (issue 29): a hint cell per exercise, tables
+# shown as Markdown, pictures as figures, no guessed run time.
+TEACH_FIRST = [p for p in ENGLISH if p.name[:2] in ("04", "05", "06")]
+HINT_CALL = re.compile(r'^hint\("(\d+\.\d+)", lang=LANG\)$', re.M)
+GUESSED_TIME = re.compile(
+    r"\b(?:a few|several|about|around|unos|unas|cerca de|alrededor de)\s+(?:[\w-]+\s+){0,3}?"
+    r"(?:minutes?|seconds?|minutos?|segundos?)\b",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("path", TEACH_FIRST + [spanish(p) for p in TEACH_FIRST], ids=lambda p: p.name)
+def test_every_exercise_has_one_collapsed_hint_cell(path):
+    """One hint cell per exercise, after its Your turn cells and before its grade cell: a code cell that
+    calls ``hint("N.M", lang=LANG)`` (minigpt.hints: the next hint on every run, as make hint), hidden
+    until opened, neither a your-turn nor a grade cell."""
+    notebook = read(path)
+    found = {}
+    for i, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code" and HINT_CALL.search(cell.source):
+            (exercise,) = HINT_CALL.findall(cell.source)
+            assert exercise not in found, f"Exercise {exercise}: two hint cells"
+            found[exercise] = i
+            assert not ({"your-turn", "grade"} & set(tags(cell))), f"the hint cell of {exercise} is tagged"
+            meta = cell.get("metadata", {})
+            assert meta.get("collapsed") is True and meta.get("jupyter", {}).get("source_hidden") is True, exercise
+    assert ordered(found) == exercises_of(path.with_name(path.name.replace(".es.", "."))), sorted(found)
+    for exercise, i in found.items():
+        yours, grade_cell = tagged(notebook, "your-turn", exercise), tagged(notebook, "grade", exercise)
+        assert max(yours) < i < grade_cell[0], (
+            f"Exercise {exercise}: the hint cell sits between its last Your turn and grade cells"
+        )
+
+
+@pytest.mark.parametrize("path", TEACH_FIRST + [spanish(p) for p in TEACH_FIRST], ids=lambda p: p.name)
+def test_tables_are_markdown_and_no_run_time_is_guessed(path):
+    """A generated table is displayed as Markdown, never printed as raw pipes; the 1F1B chart is a
+    figure (``lab06.schedule_png``), not the script's text chart; no prose guesses a run time."""
+    notebook = read(path)
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    assert not re.search(r"print\(lab0\d\.\w+\(", code), "a table printed as raw text: display(Markdown(...))"
+    assert "chart(" not in code
+    if path.name.startswith("06-"):
+        assert "lab06.schedule_png(" in code
+    prose = " ".join(" ".join(c.source for c in notebook.cells if c.cell_type == "markdown").split())
+    assert not GUESSED_TIME.findall(prose), GUESSED_TIME.findall(prose)
+
+
 # ----------------------------------------------------------------------------------------------
 # Running them
 
@@ -161,6 +209,7 @@ def run(path: Path, graded, monkeypatch, tmp_path: Path) -> nbformat.NotebookNod
     else:
         monkeypatch.setenv(impl.DIR_ENV_VAR, str(graded.folder))
     monkeypatch.setenv(grader.SAVED_VARIABLE, str(graded.saved))
+    monkeypatch.setenv(hints.STATE_VARIABLE, str(tmp_path / "hints.json"))  # the hint cells count here, not in out/
     implementation = "the stubs" if graded.folder is None else "the reference written into the exercises"
     notebook = read(path)
     start = time.perf_counter()

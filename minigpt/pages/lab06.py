@@ -463,6 +463,162 @@ def plot_bubble(path: Path, lang: str) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
+TIMELINE_M = 8  # the micro-batches of the timelines the page draws: the default run's
+KIND_COLORS = {"F": "#4C72B0", "B": "#DD8452"}
+
+
+def timelines(report: dict, m: int = TIMELINE_M) -> dict[str, list[list[tuple[str, int, float, float]]]]:
+    """``{schedule: [stage 0's operations, stage 1's, ...]}``, each operation ``(kind, micro-batch,
+    start_s, end_s)`` in the order the stage ran it: the median step of the bubble's measurement at
+    ``m`` micro-batches (``bubble.<schedule>.<m>.timeline``), seconds from the step's common start."""
+    return {
+        schedule: [
+            [(kind, int(i), float(a), float(b)) for kind, i, a, b in stage]
+            for stage in report["bubble"][schedule][str(m)]["timeline"]
+        ]
+        for schedule in SCHEDULE_NAMES
+    }
+
+
+def draw_stages(
+    ax,
+    stages: list[list[tuple[str, int, float, float]]],
+    lang: str,
+    unit: str = "ms",
+    span: float | None = None,
+    waited: list[float] | None = None,
+) -> None:
+    """One row per stage, one bar per operation (forward blue, backward orange, its micro-batch
+    written inside when the bar is wide enough): the measured timelines of the page, and the
+    notebook's schedules as ``check_schedule`` plays them (``unit`` "" for its clock's units).
+    ``waited``: each stage's seconds blocked in receives, written at the end of its row."""
+    scale = 1000.0 if unit == "ms" else 1.0
+    span = (span or max((end for ops in stages for _, _, _, end in ops), default=1.0)) * scale
+    for s, ops in enumerate(stages):
+        for kind, i, start, end in ops:
+            width = (end - start) * scale
+            ax.barh(s, width, left=start * scale, height=0.7, color=KIND_COLORS[kind], edgecolor="white", linewidth=0.6)
+            if width > span / 60:
+                ax.text(start * scale + width / 2, s, str(i), ha="center", va="center", fontsize=6.5, color="white")
+        if waited is not None:
+            end = max(e for _, _, _, e in ops) * scale
+            ms = num(1000 * waited[s], lang)
+            ax.text(end + span / 80, s, tr(lang, f"waited {ms} ms", f"esperó {ms} ms"), va="center", fontsize=7)
+    ax.set_yticks(range(len(stages)), [tr(lang, f"stage {s}", f"etapa {s}") for s in range(len(stages))], fontsize=8)
+    ax.set_ylim(len(stages) - 0.5, -0.5)
+    ax.set_xlim(0, span * (1.2 if waited is not None else 1.01))
+    ax.tick_params(axis="x", labelsize=7.5)
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+def plot_timelines(path: Path, lang: str) -> None:
+    """The measured GPipe and 1F1B steps of the committed runs (2 and 4 stages, m = 8): every
+    stage's forwards and backwards on the wall clock, from the median step's timestamps."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(10.0, 5.6))
+    axes = fig.subplots(
+        len(PIPELINE_REPORTS), len(SCHEDULE_NAMES), gridspec_kw={"height_ratios": list(PIPELINE_REPORTS)}
+    )
+    for row, (p, report_path) in zip(axes, PIPELINE_REPORTS.items()):  # a row per pipeline: 2 stages, then 4
+        report = _load(report_path)
+        found = timelines(report)
+        span = max(end for stages in found.values() for ops in stages for _, _, _, end in ops)
+        for ax, (schedule, stages) in zip(row, found.items()):  # GPipe left, 1F1B right, on the same clock
+            draw_stages(ax, stages, lang, span=span, waited=report["bubble"][schedule][str(TIMELINE_M)]["waited_s"])
+            measured = report["bubble"][schedule][str(TIMELINE_M)]["measured"]
+            ax.set_title(
+                tr(
+                    lang,
+                    f"{SCHEDULE_NAMES[schedule]}, {p} stages, m = {TIMELINE_M}: bubble {pct(measured, lang)}",
+                    f"{SCHEDULE_NAMES[schedule]}, {p} etapas, m = {TIMELINE_M}: burbuja {pct(measured, lang)}",
+                ),
+                fontsize=9,
+            )
+    for ax in axes[-1]:
+        ax.set_xlabel(
+            tr(
+                lang,
+                "ms from the step's common start (the median step)",
+                "ms desde el inicio común del paso (el paso mediano)",
+            ),
+            fontsize=8,
+        )
+    fig.legend(
+        handles=[
+            Patch(
+                color=KIND_COLORS["F"],
+                label=tr(lang, "forward of micro-batch i", "pasada hacia delante del microlote i"),
+            ),
+            Patch(
+                color=KIND_COLORS["B"],
+                label=tr(lang, "backward of micro-batch i", "pasada hacia atrás del microlote i"),
+            ),
+        ],
+        loc="lower center",
+        ncol=2,
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02),
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
+
+
+def schedule_figure(played: dict[str, list], lang: str):
+    """The notebook's chart: ``{name: ops as check_schedule plays them}`` (a forward one unit of its
+    clock, a backward two), one panel per schedule, drawn like the page's measured timelines."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(
+        figsize=(9.0, 1.2 + 1.3 * len(played) * max(1 + max(op.stage for op in ops) for ops in played.values()) / 4)
+    )
+    axes = fig.subplots(len(played), 1, squeeze=False)[:, 0]
+    for ax, (name, ops) in zip(axes, played.items()):
+        stages = [[] for _ in range(1 + max(op.stage for op in ops))]
+        for op in sorted(ops, key=lambda op: op.start):
+            stages[op.stage].append((op.kind, op.micro_batch, op.start, op.end))
+        draw_stages(ax, stages, lang, unit="")
+        ax.set_title(name, fontsize=9)
+    axes[-1].set_xlabel(
+        tr(
+            lang,
+            "time (a forward 1 unit, a backward 2)",
+            "tiempo (una pasada hacia delante 1 unidad, una hacia atrás 2)",
+        ),
+        fontsize=8,
+    )
+    fig.legend(
+        handles=[
+            Patch(
+                color=KIND_COLORS["F"],
+                label=tr(lang, "forward of micro-batch i", "pasada hacia delante del microlote i"),
+            ),
+            Patch(
+                color=KIND_COLORS["B"],
+                label=tr(lang, "backward of micro-batch i", "pasada hacia atrás del microlote i"),
+            ),
+        ],
+        loc="lower center",
+        ncol=2,
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02),
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def schedule_png(played: dict[str, list], lang: str) -> bytes:
+    """:func:`schedule_figure` as PNG bytes, for ``IPython.display.Image`` in a notebook."""
+    import io
+
+    out = io.BytesIO()
+    schedule_figure(played, lang).savefig(out, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return out.getvalue()
+
+
 MESH_DIMS = {  # the report's key -> (dimension of the rows, of the columns), as init_device_mesh names them
     "hsdp": ("replicate", "shard"),
     "dp_tp": ("dp", "tp"),
@@ -584,4 +740,8 @@ def plot_mesh(path: Path, lang: str) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
-FIGURES = {"pipeline-bubble-measured": plot_bubble, "device-mesh-2x2": plot_mesh}
+FIGURES = {
+    "pipeline-bubble-measured": plot_bubble,
+    "pipeline-timelines-measured": plot_timelines,
+    "device-mesh-2x2": plot_mesh,
+}
