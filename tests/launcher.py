@@ -130,6 +130,7 @@ def run_ranks(
     """Run ``python script outdir *args`` as ranks 0..world_size-1; every rank writes
     ``outdir/rank<r>.json``. Returns the per-rank results (``{}`` for a rank that wrote nothing)
     and each rank's stderr tail. A rank still running at ``timeout_s`` is killed."""
+    outdir.mkdir(parents=True, exist_ok=True)
     done = start_ranks([str(script), str(outdir), *(args or [])], world_size, timeout_s, extra_env)
     errors = [p.stderr[-3000:] for p in done]
     results = []
