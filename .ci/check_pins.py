@@ -330,7 +330,7 @@ def check(python: str, system: System, pins: list[Pin], args) -> Outcome:
     outcome = Outcome(python, system.name)
     pip = Pip(python, system, args.index_url)
     applying = pins_for(pins, pip.markers, args.constraints)
-    requirements = project_requirements(ROOT / "pyproject.toml", args.extras, pip.markers)
+    requirements = project_requirements(args.pyproject, args.extras, pip.markers)
     left_out: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="check-pins-") as tmp:
         workdir = Path(tmp)
@@ -382,6 +382,11 @@ def parse_args(argv: list[str] | None):
     parser.add_argument(
         "--constraints", default=str(ROOT / "constraints.txt"), help="the pins (default: constraints.txt)"
     )
+    parser.add_argument(
+        "--pyproject",
+        default=str(ROOT / "pyproject.toml"),
+        help="whose dependencies to resolve (default: the course's; the tests give a one-package project)",
+    )
     parser.add_argument("--extras", default=",".join(EXTRAS), help="the extras make install asks for, comma-separated")
     parser.add_argument("--index-url", default=PYPI, help="the package index to ask (a mirror of PyPI, say)")
     parser.add_argument("--jobs", type=cli.POSITIVE_INT, default=4, help="how many pips ask at once (they mostly wait)")
@@ -396,6 +401,7 @@ def parse_args(argv: list[str] | None):
         raise cli.BadInput(f"--system {args.system}: unknown system {','.join(unknown)!r}; use {', '.join(SYSTEMS)}")
     args.python, args.system = pythons, systems
     args.constraints = cli.input_file(args.constraints, "--constraints")
+    args.pyproject = cli.input_file(args.pyproject, "--pyproject")
     args.extras = tuple(e.strip() for e in args.extras.split(",") if e.strip())
     return args
 
