@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from minigpt import impl
 from minigpt.parallel import ring as ring_ref
 from tests import launcher
 from tests.limits import limit
+from tests.watch import BufferWrites
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None  # tests import Toy from here
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -179,6 +181,53 @@ def grad_error(model: nn.Module, expected: dict) -> float:
     return worst
 
 
+class _WatchedWork:
+    """An all-reduce's handle whose ``wait()`` is noted when it comes before ``_launch`` returned."""
+
+    def __init__(self, work, launch: dict):
+        self._work, self._launch = work, launch
+
+    def wait(self, *args, **kwargs):
+        if self._launch.get("running"):
+            self._launch["waited"] = True
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._work, name)
+
+
+def watch_launches(ddp) -> list[dict]:
+    """Each ``_launch`` of ``ddp``, as it happens: the calls that copied gradients into the bucket's
+    buffer, the ``async_op`` of every ``dist.all_reduce`` it started, whether one of them was waited
+    for before ``_launch`` returned, and whether ``bucket.handle`` was set."""
+    launches: list[dict] = []
+    launch, all_reduce = ddp._launch, dist.all_reduce
+    signature = inspect.signature(all_reduce)
+
+    def watched(bucket) -> None:
+        seen = {"bucket": bucket.index, "params": len(bucket.params), "all_reduces": [], "waited": False}
+        seen["running"] = True
+
+        def started(*args, **kwargs):
+            seen["all_reduces"].append(bool(signature.bind(*args, **kwargs).arguments.get("async_op", False)))
+            work = all_reduce(*args, **kwargs)
+            return None if work is None else _WatchedWork(work, seen)
+
+        writes = BufferWrites(bucket.buffer)
+        dist.all_reduce = started
+        try:
+            with writes:
+                launch(bucket)
+        finally:
+            dist.all_reduce = all_reduce
+            del seen["running"]
+        seen["copies"], seen["handle"] = writes.count, bucket.handle is not None
+        launches.append(seen)
+
+    ddp._launch = watched
+    return launches
+
+
 def ddp_toy(group, collective: str = "torch") -> dict:
     BucketedDDP = impl.load("lab01_ddp", "BucketedDDP")
     torch.manual_seed(0)
@@ -188,6 +237,7 @@ def ddp_toy(group, collective: str = "torch") -> dict:
     model = Toy()
     ddp = BucketedDDP(model, bucket_cap_mb=200 / 2**20, process_group=group, collective=collective)
     same_start = all(torch.equal(p, q) for p, q in zip(model.parameters(), reference_copy.parameters()))
+    launches = watch_launches(ddp) if collective == "torch" else None
     loss = ddp(toy_batch(RANK))
     loss.backward()
     grads_digest = digest(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
@@ -200,6 +250,8 @@ def ddp_toy(group, collective: str = "torch") -> dict:
         "bytes_all_reduced": ddp.bytes_all_reduced,
         "grads_digest": grads_digest,
         "module_is_model": ddp.module is model,
+        "launches": launches,
+        "steps_synchronised": ddp.steps_synchronised,
         # each trainable .grad a view of its bucket's buffer (gradient_as_bucket_view): no copy back
         "grads_not_in_buckets": [
             n
@@ -220,6 +272,7 @@ def ddp_toy(group, collective: str = "torch") -> dict:
     out["finish_twice_harmless"] = all(
         torch.equal(a, p.grad) for a, p in zip(before, [p for p in model.parameters() if p.requires_grad])
     )
+    out["steps_after_finish_twice"] = ddp.steps_synchronised
     return out
 
 

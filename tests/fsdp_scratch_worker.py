@@ -32,6 +32,7 @@ from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as ReferenceUnit
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from tests import launcher
 from tests.limits import limit
+from tests.watch import collectives
 from tests.words import say
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
@@ -86,12 +87,14 @@ def gather_round_trip(group) -> dict:
     for rows in GATHER_ROWS:
         for shape in ((rows, 5), (rows,)):
             full = torch.randn(shape, generator=torch.Generator().manual_seed(rows))  # the same on both ranks
-            got = gather_rows(sharding.shard_rows(full, RANK, 2), rows, group)
+            with collectives() as calls:
+                got = gather_rows(sharding.shard_rows(full, RANK, 2), rows, group)
             cases.append(
                 {
                     "shape": list(shape),
                     "got": list(got.shape),
                     "equal": bool(got.shape == full.shape and torch.equal(got, full)),
+                    "collectives": [name for name, _ in calls],
                 }
             )
     return {"cases": cases}
@@ -207,6 +210,73 @@ def hooks_on_minigpt(group) -> dict:
     return out
 
 
+def forward_prefetch_on_minigpt(group) -> dict:
+    """The learner's hooks with an explicit forward prefetch (each block's ``forward_prefetch`` is the
+    next block), two steps: after each pre-forward, the units of its list whose gather was not in
+    flight (never started, or already waited for)."""
+    late, checked = [], [0]
+
+    class Prefetching(watched(learners("FSDPUnit"))):
+        def pre_forward(self, module, args):
+            args = super().pre_forward(module, args)
+            for ahead in self.forward_prefetch:
+                checked[0] += 1
+                if ahead._in_flight is None:
+                    late.append(
+                        f"{self.name} -> {ahead.name} ({'gathered, waited for' if ahead.gathered else 'not gathered'})"
+                    )
+            return args
+
+    cfg = TrainConfig()
+    model = shard_model(build_model(cfg), Prefetching, group)
+    for block, after in zip(model.blocks, list(model.blocks)[1:]):
+        fsdp.set_modules_to_forward_prefetch(block, [after])
+    for step in range(2):
+        model(*batch(step, RANK, 2, cfg))[1].backward()
+        model.zero_grad(set_to_none=True)
+    return {"late": late, "checked": checked[0]}
+
+
+class Twice(nn.Module):
+    """A unit (``twice``) called twice in one forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(13, 8)
+        self.twice = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        self.out = nn.Linear(8, 5)
+
+    def forward(self, idx):
+        return self.out(self.twice(self.twice(self.embed(idx)))).square().mean()
+
+
+def unit_called_twice(group) -> dict:
+    """The learner's hooks against the reference's on :class:`Twice`, two steps: the shards'
+    gradients, and the reduce-scatters of each unit per step (the learner's, from its records)."""
+    torch.manual_seed(0)
+    one, recorder = Twice(), fsdp.Recorder()
+    models = []
+    for unit_class, rec in ((ReferenceUnit, None), (watched(learners("FSDPUnit")), recorder)):
+        model = copy.deepcopy(one)
+        for sub in (model.twice, model.out, model):
+            fsdp.fully_shard(sub, group=group, recorder=rec, unit_class=unit_class)
+        models.append(model)
+    reference, model = models
+    out = {"steps": []}
+    for step in range(2):
+        idx = torch.randint(0, 13, (6, 4), generator=torch.Generator().manual_seed(100 * step + RANK))
+        reference(idx).backward()
+        recorder.begin()
+        model(idx).backward()
+        ours, theirs = shard_grads(model), shard_grads(reference)
+        differ = [n for n in theirs if theirs[n] is None or ours[n] is None or not torch.equal(ours[n], theirs[n])]
+        reduced = [c["unit"] for c in recorder.steps[-1].collectives if c["kind"] == "reduce-scatter"]
+        out["steps"].append({"differ": differ, "reduce_scatters": {u: reduced.count(u) for u in sorted(set(reduced))}})
+        for m in models:
+            m.zero_grad(set_to_none=True)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Exercise 4.4
 
@@ -225,6 +295,58 @@ class Padded(nn.Module):
 
 def padded_batch(rank: int) -> torch.Tensor:
     return torch.randint(0, 609, (8, 5), generator=torch.Generator().manual_seed(50 + rank))
+
+
+class Pair(nn.Module):
+    """Two Linears, the second never used in forward: its parameters get no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = nn.Linear(6, 3)
+        self.unused = nn.Linear(6, 3)
+
+    def forward(self, h):
+        return self.used(h)
+
+
+class Partly(nn.Module):
+    """A frozen unit (no parameter gets a gradient) and a unit with a layer unused in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(7, 6)
+        self.frozen = nn.Linear(6, 6)
+        self.frozen.requires_grad_(False)
+        self.pair = Pair()
+
+    def forward(self, idx):
+        return self.pair(torch.tanh(self.frozen(self.embed(idx)))).square().mean()
+
+
+def watch_reductions(model: nn.Module) -> list[dict]:
+    """Each reduce_gradients of ``model``'s units, as it runs: what it announced with
+    ``record_collective`` and the collectives it called, in order, and the elements its buffer should
+    hold (the parameters with a gradient, each padded as its shard: 0 when none has one)."""
+    seen: list[dict] = []
+    for unit in fsdp.find_units(model):
+
+        def reduce(unit=unit, reduce=unit.reduce_gradients, announce=unit.record_collective) -> None:
+            expected = sum(p.shard.numel() for p in unit.params if p.full.grad is not None) * unit.world_size
+
+            def announced(kind, buffer, is_async):
+                calls.append((f"record_collective {kind}", [buffer.numel()]))
+                return announce(kind, buffer, is_async)
+
+            with collectives() as calls:
+                unit.record_collective = announced
+                try:
+                    reduce()
+                finally:
+                    unit.record_collective = announce
+            seen.append({"unit": unit.name, "expected": expected, "calls": calls})
+
+        unit.reduce_gradients = reduce
+    return seen
 
 
 def reduce_scatter_padded(group) -> dict:
@@ -259,7 +381,15 @@ def reduce_scatter_padded(group) -> dict:
         for n, p in model.named_parameters()
         if p.grad is not None
     )
+    torch.manual_seed(0)
+    partly = Partly()
+    fsdp.fully_shard(partly.frozen, group=group, unit_class=unit_class)
+    fsdp.fully_shard(partly.pair, group=group, unit_class=unit_class)
+    fsdp.fully_shard(partly, group=group, unit_class=unit_class)
+    reductions = watch_reductions(partly)
+    partly(torch.randint(0, 7, (4, 3), generator=torch.Generator().manual_seed(RANK))).backward()
     return {
+        "reductions": reductions,
         "errors": errors,
         "padding_zero": padding_zero,
         "missing": missing,
@@ -559,6 +689,8 @@ def main() -> None:
         "norm",
         "prefetch",
         "hooks",
+        "hooks_prefetch",
+        "hooks_twice",
         "train",
         "odd32",
         "odd64",
@@ -591,6 +723,8 @@ def main() -> None:
         run("ckpt", "maintainer", lambda: checkpoint_two_to_one(groups["ckpt"], alone, folder[0]))
     # the learner's hooks and the whole FSDP last: a hook that skips a gather crashes in backward
     run("hooks", "4.3", lambda: hooks_on_minigpt(groups["hooks"]))
+    run("hooks_prefetch", "4.3", lambda: forward_prefetch_on_minigpt(groups["hooks_prefetch"]))
+    run("hooks_twice", "4.3", lambda: unit_called_twice(groups["hooks_twice"]))
     run("train", "all", lambda: train_minigpt(groups["train"]))
     (OUT / f"rank{RANK}.json").write_text(json.dumps({**RESULTS, "finished": {"ok": True}}))
     os._exit(0)  # no polite tear-down: a peer stuck in a broken group must not hold us

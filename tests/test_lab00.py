@@ -232,6 +232,13 @@ def test_rank_slice_rejects_what_cannot_work(lab00):
         match="10",
     )
     refuses(
+        "rank_slice(10, 0, 3)",
+        lambda: lab00.rank_slice(10, 0, 3),
+        "the world size, beside the batch size 10: a message that names both numbers says what to fix",
+        "el tamaño del mundo, junto al tamaño del lote 10: un mensaje que nombra los dos números dice qué arreglar",
+        match="3",
+    )
+    refuses(
         "rank_slice(8, 2, 2)",
         lambda: lab00.rank_slice(8, 2, 2),
         "a world of 2 ranks has ranks 0 and 1, no rank 2",
@@ -253,6 +260,13 @@ def test_rank_slice_rejects_what_cannot_work(lab00):
 def test_lr_schedule(lab00):
     max_lr, min_lr, warmup, total = 1e-3, 1e-4, 10, 110
     lr = [lab00.lr_at(s, max_lr, min_lr, warmup, total) for s in range(total + 5)]
+    odd = next((s for s, x in enumerate(lr) if not isinstance(x, float)), None)
+    assert odd is None, say(
+        f"lr_at({odd}, max_lr=0.001, min_lr=0.0001, warmup=10, total=110) returned {kind_of(lr[odd])}: return a "
+        "Python float (the optimizer's param_groups hold plain numbers)",
+        f"lr_at({odd}, max_lr=0.001, min_lr=0.0001, warmup=10, total=110) devolvió {kind_of(lr[odd])}: devuelve un "
+        "float de Python (los param_groups del optimizador guardan números simples)",
+    )
     assert math.isclose(lr[0], max_lr / warmup), lr_message(
         lr,
         [0],

@@ -223,7 +223,8 @@ def test_buckets_reverse_order_up_to_the_cap(assign_buckets):
 @pytest.mark.points(1)
 def test_buckets_close_when_they_reach_the_cap(assign_buckets):
     """A bias (16 bytes) below a 20-byte cap waits for the weight after it: no message of 16 bytes.
-    And a parameter of another dtype closes the bucket (a bucket is one flat buffer)."""
+    And a parameter of another dtype or on another device closes the bucket (a bucket is one flat
+    buffer)."""
     for cap, expected in [
         (20, [["2.bias", "2.weight"], ["1.bias", "1.weight"], ["0.bias", "0.weight"]]),
         (10, [["2.bias"], ["2.weight"], ["1.bias"], ["1.weight"], ["0.bias"], ["0.weight"]]),
@@ -242,6 +243,18 @@ def test_buckets_close_when_they_reach_the_cap(assign_buckets):
         f"assign_buckets(tres Linear(4, 4), el del medio float64, 10000 bytes): da {shown(got)}, se espera "
         f"{shown(expected)}: un bucket es un único búfer plano de un dtype en un dispositivo, así que un parámetro "
         "de otro dtype cierra el bucket anterior y empieza el siguiente",
+    )
+    # and one device: a layer on another device (PyTorch's "meta" device, which holds no data) does the same
+    elsewhere = stack()
+    elsewhere[1].to("meta")
+    got = names(assign_buckets(elsewhere, 10_000))
+    assert got == expected, say(
+        f"assign_buckets(three Linear(4, 4), the middle one on the 'meta' device, 10000 bytes): got {shown(got)}, "
+        f"expected {shown(expected)}: a bucket is one flat buffer on one device, so a parameter on another device "
+        "closes the bucket before it and starts the next",
+        f"assign_buckets(tres Linear(4, 4), el del medio en el dispositivo 'meta', 10000 bytes): da {shown(got)}, se "
+        f"espera {shown(expected)}: un bucket es un único búfer plano en un dispositivo, así que un parámetro en otro "
+        "dispositivo cierra el bucket anterior y empieza el siguiente",
     )
 
 
@@ -327,6 +340,44 @@ def test_ddp_all_reduce_starts_during_backward(ranks):
             f"rank {r}: el bucket 0 se lanzó a los {first['launched_s']:.6f} s, después del último gradiente "
             f"({last['last_ready_s']:.6f} s); se espera antes: lanza cada bucket desde el hook en cuanto esté completo",
         )
+        for bucket in result["timeline"]:
+            first, full = bucket["first_ready_s"], bucket["last_ready_s"]
+            assert first is not None and full is not None and first <= full, say(
+                f"rank {r}: bucket {bucket['bucket']}'s first_ready_s is {first}, its last_ready_s {full}: set "
+                "first_ready_s (self._now()) when the bucket's first parameter is ready, so that it is not after "
+                "last_ready_s",
+                f"rank {r}: el first_ready_s del bucket {bucket['bucket']} es {first}, su last_ready_s {full}: fija "
+                "first_ready_s (self._now()) cuando el primer parámetro del bucket está listo, de modo que no sea "
+                "posterior a last_ready_s",
+            )
+        launches = result["launches"]
+        assert len(launches) == len(result["timeline"]), say(
+            f"rank {r}: self._launch ran {len(launches)} times for {len(result['timeline'])} buckets: the hook must "
+            "launch each complete bucket with self._launch",
+            f"rank {r}: self._launch se ejecutó {len(launches)} veces para {len(result['timeline'])} buckets: el hook "
+            "debe lanzar cada bucket completo con self._launch",
+        )
+        for launch in launches:
+            bucket, params = launch["bucket"], launch["params"]
+            assert launch["copies"] == 1, say(
+                f"rank {r}: _launch of bucket {bucket} ({params} parameters) copied the gradients into the buffer "
+                f"with {launch['copies']} calls: expected one call for the whole bucket (a Python call costs "
+                "microseconds, whatever the tensor's size)",
+                f"rank {r}: _launch del bucket {bucket} ({params} parámetros) copió los gradientes en el búfer con "
+                f"{launch['copies']} llamadas: se espera una sola llamada para todo el bucket (una llamada de Python "
+                "cuesta microsegundos, sea cual sea el tamaño del tensor)",
+            )
+            assert launch["all_reduces"] == [True] and not launch["waited"] and launch["handle"], say(
+                f"rank {r}: _launch of bucket {bucket} called dist.all_reduce with async_op = {launch['all_reduces']}"
+                f"{', waited for it' if launch['waited'] else ''} and left bucket.handle "
+                f"{'set' if launch['handle'] else 'None'}: expected one asynchronous all-reduce (async_op=True), not "
+                "waited for, its handle in bucket.handle (backward goes on while the bucket travels)",
+                f"rank {r}: _launch del bucket {bucket} llamó a dist.all_reduce con async_op = "
+                f"{launch['all_reduces']}{', lo esperó' if launch['waited'] else ''} y dejó bucket.handle "
+                f"{'asignado' if launch['handle'] else 'en None'}: se espera un solo all-reduce asíncrono "
+                "(async_op=True), sin esperarlo, con su handle en bucket.handle (la pasada hacia atrás sigue mientras "
+                "el bucket viaja)",
+            )
 
 
 @pytest.mark.exercise("1.3")
@@ -437,6 +488,23 @@ def test_ddp_finish_counts_bytes_and_is_harmless_twice(ranks):
             "no backward in progress it must return at once",
             f"rank {r}: una segunda llamada a finish_gradient_synchronization() cambió .grad; se espera que no cambie: "
             "sin backward en curso debe volver en el acto",
+        )
+        steps = (result["steps_synchronised"], result["steps_after_finish_twice"])
+        assert steps == (1, 1), say(
+            f"rank {r}: steps_synchronised is {steps[0]} after one backward and {steps[1]} after two more calls of "
+            "finish_gradient_synchronization(); expected 1 and 1: one more per synchronised backward, none for a "
+            "call with no backward in progress",
+            f"rank {r}: steps_synchronised vale {steps[0]} tras una pasada hacia atrás y {steps[1]} tras dos "
+            "llamadas más a finish_gradient_synchronization(); se esperan 1 y 1: uno más por cada pasada hacia atrás "
+            "sincronizada, ninguno por una llamada sin pasada en curso",
+        )
+        assert result["grad_error"] <= 1e-6, say(
+            f"rank {r}: after backward the gradients differ from the average over the 2 ranks by "
+            f"{result['grad_error']:.2e} (expected <= 1e-6): wait for every bucket, then make each .grad its slot, "
+            "where the average is",
+            f"rank {r}: tras la pasada hacia atrás los gradientes difieren de la media de los 2 ranks en "
+            f"{result['grad_error']:.2e} (se espera <= 1e-6): espera a cada bucket y haz que cada .grad sea su hueco, "
+            "donde está la media",
         )
 
 

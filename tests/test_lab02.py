@@ -191,6 +191,12 @@ def test_memory_rejects_bad_input(lab02):
         ((0, 8, 2), {}, "a model of 0 parameters", "un modelo de 0 parámetros"),
         ((-1e9, 8, 2), {}, "a negative parameter count", "un número de parámetros negativo"),
         ((1e9, 0, 2), {}, "0 devices", "0 dispositivos"),
+        (
+            (1e9, 2.5, 2),
+            {},
+            "n_devices must be an int: 2.5 devices do not exist",
+            "n_devices debe ser un int: no existen 2,5 dispositivos",
+        ),
         ((1e9, 8, 4), {}, "there is no stage 4: the stages are 0 to 3", "no hay etapa 4: las etapas van de 0 a 3"),
         ((1e9, 8, 2), {"recipe_name": "fp8"}, "there is no recipe 'fp8'", "no existe la receta 'fp8'"),
         (
@@ -396,6 +402,20 @@ def test_hsdp_traffic_inside_and_across(lab02):
         "stage 0 (DDP) does not shard, so it cannot have replicas: replicas must be 1",
         "la etapa 0 (DDP) no fragmenta, así que no puede tener réplicas: replicas debe ser 1",
     )
+    for args, why, why_es in [
+        ((0, 3, 8), "a model of 0 parameters", "un modelo de 0 parámetros"),
+        ((-1e9, 3, 8), "a negative parameter count", "un número de parámetros negativo"),
+        ((1e9, 4, 8), "there is no stage 4: the stages are 0 to 3", "no hay etapa 4: las etapas van de 0 a 3"),
+        ((1e9, 3, 0), "a shard group of 0 devices", "un grupo de fragmentación de 0 dispositivos"),
+        ((1e9, 3, 8, 0), "0 replicas", "0 réplicas"),
+    ]:
+        call = f"step_collectives({', '.join(map(num, args))})"
+        refuses(
+            call,
+            partial(lab02.step_collectives, *args),
+            f"bad values are refused: {why}",
+            f"los valores imposibles se rechazan: {why_es}",
+        )
 
 
 # --- Exercises 2.4 and 2.5: a real ZeRO-1 optimizer that follows torch.optim's rules ---------------
@@ -473,6 +493,18 @@ def test_zero1_equals_plain_optimizers(zero1):
     for size in (2, 3):
         for optimizer in ("adamw", "sgd"):
             for rank, r in enumerate(scenario(zero1, size, optimizer, "all", "2.5")):
+                where = f"{size} ranks, {optimizer}, rank {rank}"
+                assert not r["closure_problems"], closure_problem(where, r["closure_problems"][0])
+                assert not r["settings_problems"], say(
+                    f"{where}: at step {r['settings_problems'][0]['step']} the learning rate was "
+                    f"{r['settings_problems'][0]['lr']:.6g} in self.param_groups and {r['settings_problems'][0]['inner_lr']}"
+                    " in the inner optimizer's groups: give each inner group every setting of its param_groups twin "
+                    "but 'params', at every step (a learning-rate schedule changes them)",
+                    f"{where}: en el paso {r['settings_problems'][0]['step']} la tasa de aprendizaje era "
+                    f"{r['settings_problems'][0]['lr']:.6g} en self.param_groups y {r['settings_problems'][0]['inner_lr']}"
+                    " en los grupos del optimizador interno: da a cada grupo interno todos los ajustes de su gemelo de "
+                    "param_groups salvo 'params', en cada paso (un calendario de la tasa de aprendizaje los cambia)",
+                )
                 assert agrees(r, size), say(
                     f"{size} ranks, {optimizer}, rank {rank}: after 10 steps the weights differ from the plain "
                     f"optimizer's in one process by {r['max_param_diff']:.2e} and the optimizer state by "
@@ -481,6 +513,26 @@ def test_zero1_equals_plain_optimizers(zero1):
                     f"normal en un proceso en {r['max_param_diff']:.2e} y el estado del optimizador en "
                     f"{r['max_state_diff']:.2e} ({expected_agreement(size)})",
                 )
+
+
+def closure_problem(where: str, problem: dict) -> str:
+    """What step() did with (or without) a closure at one step, against torch.optim's rule."""
+    step, enabled, returned = problem["step"], problem["grad_enabled"], problem["returned"]
+    if not problem["closure"]:
+        return say(
+            f"{where}: step() without a closure returned {returned} at step {step}: expected None",
+            f"{where}: step() sin closure devolvió {returned} en el paso {step}: se espera None",
+        )
+    called = say(
+        "never called" if not enabled else f"called {len(enabled)} time(s), grad mode {enabled}",
+        "nunca llamada" if not enabled else f"llamada {len(enabled)} vez/veces, modo de gradiente {enabled}",
+    )
+    return say(
+        f"{where}: step(closure) at step {step}: the closure was {called} and step returned {returned}; expected "
+        "the closure called once under torch.enable_grad() (step runs under no_grad) and its loss returned",
+        f"{where}: step(closure) en el paso {step}: la closure fue {called} y step devolvió {returned}; se espera "
+        "la closure llamada una vez bajo torch.enable_grad() (step corre bajo no_grad) y su pérdida devuelta",
+    )
 
 
 def expected_agreement(size: int) -> str:
@@ -527,6 +579,13 @@ def test_zero1_leaves_gradientless_parameters_alone(zero1):
 def test_zero1_sends_the_ring_bytes(zero1):
     for size in (2, 3):
         for rank, r in enumerate(scenario(zero1, size, "adamw", "some", "2.5")):
+            assert not r["reduced_left_true"], say(
+                f"{size} ranks, rank {rank}: self._reduced was still True after step() at steps "
+                f"{r['reduced_left_true']}: set it back to False, so that the next step reduces its own gradients",
+                f"{size} ranks, rank {rank}: self._reduced seguía en True tras step() en los pasos "
+                f"{r['reduced_left_true']}: vuelve a ponerlo en False, para que el paso siguiente reduzca sus propios "
+                "gradientes",
+            )
             assert set(r["sent"]) == {r["expected_sent"]}, say(
                 f"{size} ranks, rank {rank}: sent {per_worker(sorted(set(r['sent'])))} bytes per step, expected "
                 f"{r['expected_sent']}: the usage marks all-reduced, each flat gradient reduce-scattered, the weights "

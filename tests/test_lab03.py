@@ -164,6 +164,38 @@ def test_the_real_runs_norms(lab03):
         f"tu norma global {ours:.9g} no supera la norma local de cada rank ({local}): cada fragmento es parte del "
         "gradiente, así que la norma del gradiente entero es mayor que la de cualquier fragmento",
     )
+    # the real run's gradients are FSDP2's DTensors: each counts by this rank's shard, t.to_local()
+    term, calls = dtensor_term(lab03)
+    assert calls and term == 34.0, say(
+        f"local_norm_term([a tensor [1, 1, 1, 1], a DTensor whose local shard is [[3, -4], [1, 2]]]) is {term!r} and "
+        f"called to_local() {len(calls)} time(s); expected 4 + 30 = 34.0 from to_local(): a DTensor (FSDP2's "
+        "gradient) counts by this rank's shard, t.to_local(), not as the whole tensor it stands for",
+        f"local_norm_term([un tensor [1, 1, 1, 1], un DTensor cuyo fragmento local es [[3, -4], [1, 2]]]) da "
+        f"{term!r} y llamó a to_local() {len(calls)} vez/veces; se espera 4 + 30 = 34.0 a partir de to_local(): un "
+        "DTensor (el gradiente de FSDP2) cuenta por el fragmento de este rank, t.to_local(), no como el tensor "
+        "entero que representa",
+    )
+
+
+def dtensor_term(lab03) -> tuple[object, list[int]]:
+    """The learner's local_norm_term (p = 2) of a plain tensor and a DTensor sharded over a pretend
+    world of 2 ranks (this process is rank 0, tests/fake_world.py), and the calls of its to_local()."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    from tests.fake_world import fake_world
+
+    calls: list[int] = []
+    with fake_world(0, 2):
+        mesh = init_device_mesh("cpu", (2,))
+        grad = DTensor.from_local(torch.tensor([[3.0, -4.0], [1.0, 2.0]]), mesh, [Shard(0)], run_check=False)
+        to_local = grad.to_local
+        grad.to_local = lambda *args, **kwargs: calls.append(1) or to_local(*args, **kwargs)
+        try:
+            term = lab03.local_norm_term([torch.ones(4), grad], 2.0)
+        except Exception as exc:  # noqa: BLE001 - a DTensor mixed with tensors fails inside torch
+            term = f"{type(exc).__name__}: {str(exc)[:80]}"
+    return term, calls
 
 
 @pytest.mark.exercise("3.2")

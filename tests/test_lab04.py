@@ -93,6 +93,13 @@ def test_gather_rows_gives_back_the_whole_tensor(fsdp_scratch):
                 f"rank {rank}: un tensor {case['shape']} fragmentado en 2 ranks y vuelto a reunir salió {case['got']}, "
                 "distinto de él: se espera el mismo tensor, sin las filas de relleno",
             )
+            assert case["collectives"] in (["all_gather_single"], ["all_gather_into_tensor"]), say(
+                f"rank {rank}: gather_rows of a {case['shape']} tensor called {case['collectives'] or 'no collective'}"
+                ": expected one collective, an all-gather into one tensor (dist.all_gather_single)",
+                f"rank {rank}: gather_rows de un tensor {case['shape']} llamó a "
+                f"{case['collectives'] or 'ninguna colectiva'}: se espera una sola colectiva, un all-gather en un "
+                "solo tensor (dist.all_gather_single)",
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,6 +207,25 @@ def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
                 f"{short(numbers['differ'])} difieren de los del FSDP de referencia con el mismo lote (se esperan los "
                 "mismos bits)",
             )
+    for rank, result in enumerate(both(fsdp_scratch, "hooks_twice@4.3")):
+        for step, numbers in enumerate(result["steps"]):
+            times = numbers["reduce_scatters"].get("twice", 0)
+            assert times == 1, say(
+                f"rank {rank}, step {step}: the unit 'twice', called twice in one forward, reduce-scattered its "
+                f"gradients {times} time(s) in one backward: expected once, after the backward of its last use (one "
+                "use less per post_backward: free and reduce when none remains)",
+                f"rank {rank}, paso {step}: la unidad 'twice', llamada dos veces en una pasada hacia delante, hizo "
+                f"reduce-scatter de sus gradientes {times} vez/veces en una pasada hacia atrás: se espera una, tras la "
+                "pasada hacia atrás de su último uso (un uso menos en cada post_backward: liberar y reducir cuando no "
+                "quede ninguno)",
+            )
+            assert not numbers["differ"], say(
+                f"rank {rank}, step {step}: on a model whose unit 'twice' runs twice in one forward, the shards' "
+                f"gradients of {short(numbers['differ'])} differ from the reference FSDP's (expected: the same bits)",
+                f"rank {rank}, paso {step}: en un modelo cuya unidad 'twice' corre dos veces en una pasada hacia "
+                f"delante, los gradientes de los fragmentos de {short(numbers['differ'])} difieren de los del FSDP de "
+                "referencia (se esperan los mismos bits)",
+            )
 
 
 @pytest.mark.exercise("4.3")
@@ -244,6 +270,17 @@ def test_hooks_follow_fsdp2_order(fsdp_scratch):
             f"rank {rank}: your hooks' schedule differs from FSDP2's ",
             f"rank {rank}: el orden de tus hooks difiere del de FSDP2 ",
         ) + first_difference(ours, fsdp2_order())
+    for rank, result in enumerate(both(fsdp_scratch, "hooks_prefetch@4.3")):
+        assert result["checked"] > 0 and not result["late"], say(
+            f"rank {rank}: with an explicit forward prefetch (each block's forward_prefetch is the next block), "
+            f"pre_forward returned with these gathers not in flight: {short(result['late'])} ({result['checked']} "
+            "checked): start the gather of each unit of self.forward_prefetch with unshard(async_op=True), and do not "
+            "wait for it",
+            f"rank {rank}: con una precarga explícita en la pasada hacia delante (el forward_prefetch de cada bloque es "
+            f"el bloque siguiente), pre_forward terminó sin estos all-gather en curso: {short(result['late'])} "
+            f"({result['checked']} comprobados): empieza el all-gather de cada unidad de self.forward_prefetch con "
+            "unshard(async_op=True), sin esperarlo",
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,6 +320,44 @@ def test_reduce_gradients_is_the_mean_over_ranks_with_padding(fsdp_scratch):
             f"rank {rank}: tras una segunda pasada hacia atrás sin poner a cero, los gradientes difieren del doble de "
             f"la media en {result['accumulated_error']:.2e} (se espera <= 1e-6: sumados al .grad que ya había)",
         )
+        for reduction in result["reductions"]:
+            assert reduction_is_right(reduction), reduction_problem(rank, reduction)
+
+
+def reduction_is_right(reduction: dict) -> bool:
+    """One reduce_gradients: nothing at all when no parameter had a gradient, else one reduce-scatter
+    of the expected buffer, announced first with record_collective."""
+    n, calls = reduction["expected"], [(name, numels) for name, numels in reduction["calls"]]
+    if n == 0:
+        return calls == []
+    return (
+        len(calls) == 2
+        and calls[0] == ("record_collective reduce-scatter", [n])
+        and calls[1][0] in ("reduce_scatter_single", "reduce_scatter_tensor")
+        and calls[1][1][-1] == n
+    )
+
+
+def reduction_problem(rank: int, reduction: dict) -> str:
+    unit, n = reduction["unit"], reduction["expected"]
+    calls = short([f"{name} {numels}" for name, numels in reduction["calls"]]) if reduction["calls"] else "nothing"
+    if n == 0:
+        return say(
+            f"rank {rank}: reduce_gradients of unit {unit}, none of whose parameters has a gradient (frozen), called "
+            f"{calls}: expected no collective at all (the same on every rank)",
+            f"rank {rank}: reduce_gradients de la unidad {unit}, ninguno de cuyos parámetros tiene gradiente "
+            f"(congelados), llamó a {calls}: no se espera ninguna colectiva (lo mismo en cada rank)",
+        )
+    return say(
+        f"rank {rank}: reduce_gradients of unit {unit} called {calls}: expected "
+        f"unit.record_collective('reduce-scatter', buffer, is_async=False), then one dist.reduce_scatter_single of "
+        f"that buffer, {n} elements (only the parameters whose full.grad is not None, each padded as its shard; a "
+        "layer unused in forward takes no part)",
+        f"rank {rank}: reduce_gradients de la unidad {unit} llamó a {calls}: se espera "
+        f"unit.record_collective('reduce-scatter', buffer, is_async=False) y luego un solo "
+        f"dist.reduce_scatter_single de ese búfer, {n} elementos (solo los parámetros cuyo full.grad no es None, "
+        "cada uno rellenado como su fragmento; una capa no usada en la pasada hacia delante no participa)",
+    )
 
 
 @pytest.mark.exercise("4.4")
@@ -323,6 +398,8 @@ PREFETCH_CASES = [
     (["a", "b", "a", "root"], "root", 1, ["a"]),
     (["a", "b", "a", "root"], "a", 1, ["b"]),
     (["a", "b", "a", "root"], "b", 1, []),
+    (ORDER, "root", 0, []),  # depth < 1: no prefetch
+    (ORDER, "blocks.3", -1, []),
 ]
 
 
@@ -333,10 +410,11 @@ def test_backward_prefetch_targets(lab04):
         got = lab04.backward_prefetch_targets(list(order), current, depth)
         assert list(got) == expected, say(
             f"backward_prefetch_targets({order}, {current!r}, {depth}) returned {short(got)}, expected {expected} "
-            "(the units whose backward comes right after this one's; a unit that ran twice counts at its last finish)",
+            "(the units whose backward comes right after this one's, none for depth < 1; a unit that ran twice counts "
+            "at its last finish)",
             f"backward_prefetch_targets({order}, {current!r}, {depth}) devolvió {short(got)}, se espera {expected} "
-            "(las unidades cuya pasada hacia atrás viene justo después de esta; una unidad que corrió dos veces "
-            "cuenta en su último final)",
+            "(las unidades cuya pasada hacia atrás viene justo después de esta, ninguna con depth < 1; una unidad que "
+            "corrió dos veces cuenta en su último final)",
         )
 
 

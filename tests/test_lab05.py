@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from minigpt.parallel.tensor_parallel.ring_attention import positions
 from tests.ranks import Launch, scenario
-from tests.words import say, short
+from tests.words import refuses, say, short
 
 pytestmark = [pytest.mark.lab("05"), pytest.mark.timeout(180)]
 
@@ -79,6 +79,25 @@ def test_column_slice_keeps_each_ranks_output_features(lab05):
         f"column_slice with bias=None returned a bias {short(b)}: expected None",
         f"column_slice con bias=None devolvió un sesgo {short(b)}: se espera None",
     )
+    for rows, parts, tp, why, why_es in [
+        (12, 1, 5, "5 ranks cannot share 12 rows equally", "5 ranks no pueden repartirse 12 filas por igual"),
+        (
+            12,
+            3,
+            3,
+            "3 divides the 12 rows but not a part's 4: each of q, k and v is cut by itself",
+            "3 divide las 12 filas pero no las 4 de una parte: q, k y v se cortan cada una por su lado",
+        ),
+        (12, 5, 1, "5 parts do not divide 12 rows", "5 partes no dividen 12 filas"),
+    ]:
+        refuses(
+            f"column_slice(a ({rows}, 5) weight, bias, tp={tp}, rank=0, parts={parts})",
+            lambda rows=rows, parts=parts, tp=tp: lab05.column_slice(
+                torch.ones(rows, 5), torch.ones(rows), tp, 0, parts
+            ),
+            why,
+            why_es,
+        )
 
 
 @pytest.mark.exercise("5.1")
@@ -107,6 +126,12 @@ def test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole(lab05):
                 f"tp={tp}, rank {rank}: writing into the slice changed the whole weight: expected a new tensor, not a view",
                 f"tp={tp}, rank {rank}: escribir en la porción cambió el peso entero: se espera un tensor nuevo, no una vista",
             )
+    refuses(
+        "row_slice(a (6, 12) weight, bias, tp=5, rank=0)",
+        lambda: lab05.row_slice(weight, bias, 5, 0),
+        "5 ranks cannot share 12 input features equally",
+        "5 ranks no pueden repartirse 12 características de entrada por igual",
+    )
 
 
 def simulated_row_parallel(row_parallel_linear, tp: int, with_bias: bool = True):
@@ -251,6 +276,30 @@ def test_vocab_parallel_loss_equals_one_process_on_every_rank(tp_scratch):
             f"({result['logit_bytes']}): se esperan unos pocos números por token (el máximo, la suma de "
             "exponenciales, el logit del objetivo), nunca los logits",
         )
+        assert large_logits_hold(result["large"]), large_logits_problem(rank, result["large"])
+
+
+def large_logits_hold(large: dict) -> bool:
+    return bool(large.get("finite")) and large["error_relative"] <= 1e-9
+
+
+def large_logits_problem(rank: int, large: dict) -> str:
+    """What the loss did with logits in the thousands, and the rule."""
+    if "error" in large:
+        got = (large["error"], large["error"])
+    elif not large["finite"]:
+        got = ("not finite", "no es finita")
+    else:
+        got = (
+            f"{large['error_relative']:.2e} (relative) from one process's",
+            f"está a {large['error_relative']:.2e} (relativo) de la de un proceso",
+        )
+    return say(
+        f"rank {rank}: with logits in the thousands (3000 x randn) the loss is {got[0]}: expected finite and within "
+        "1e-9 of one process's (exp(3000) overflows: subtract the maximum over every rank's columns first)",
+        f"rank {rank}: con logits de miles (3000 x randn) la pérdida {got[1]}: se espera finita y a menos de 1e-9 de "
+        "la de un proceso (exp(3000) desborda: resta antes el máximo sobre las columnas de todos los ranks)",
+    )
 
 
 @pytest.mark.exercise("5.3")
@@ -267,6 +316,14 @@ def test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_colu
         assert result["padding_grad"] == 0.0, say(
             f"rank {rank}: the padding column got a gradient of {result['padding_grad']:.3g}: expected 0",
             f"rank {rank}: la columna de relleno recibió un gradiente de {result['padding_grad']:.3g}: se espera 0",
+        )
+        assert not result["backward_calls"] and result["backward_bytes"] == 0, say(
+            f"rank {rank}: the loss's backward communicated ({short(result['backward_calls'])}, "
+            f"{result['backward_bytes']} bytes counted): expected no communication in backward, each rank's gradient "
+            "comes from what its forward kept (its softmax and the target's place)",
+            f"rank {rank}: la pasada hacia atrás de la pérdida se comunicó ({short(result['backward_calls'])}, "
+            f"{result['backward_bytes']} bytes contados): no se espera comunicación en la pasada hacia atrás, el "
+            "gradiente de cada rank sale de lo que guardó su pasada hacia delante (su softmax y el lugar del objetivo)",
         )
 
 

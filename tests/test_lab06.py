@@ -244,6 +244,26 @@ def test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers(lab06_mesh):
         message = str(caught.value)
         missing = [n for n in numbers if n not in message]
         assert not missing, f"resolve_hsdp{args}: the message {message!r} does not name {missing}"
+    # a degree that is not an integer, though the arithmetic would go through (5 / 2.5 = 2)
+    try:
+        got = lab06_mesh.resolve_hsdp(5, 5, 2.5)
+    except ValueError as exc:
+        missing = [n for n in ("2.5", "5") if n not in str(exc)]
+        assert not missing, say(
+            f"resolve_hsdp(5, 5, shard=2.5) raised ValueError({str(exc)!r}): right, but the message must name "
+            f"{missing} (the degree and the world size)",
+            f"resolve_hsdp(5, 5, shard=2.5) lanzó ValueError({str(exc)!r}): bien, pero el mensaje debe nombrar "
+            f"{missing} (el grado y el tamaño del mundo)",
+        )
+    else:
+        raise AssertionError(
+            say(
+                f"resolve_hsdp(5, 5, shard=2.5) returned {got}: a degree that is not a positive integer must raise "
+                "ValueError (no mesh has 2.5 ranks in a row), even where 5 / 2.5 divides",
+                f"resolve_hsdp(5, 5, shard=2.5) devolvió {got}: un grado que no es un entero positivo debe lanzar "
+                "ValueError (ninguna malla tiene 2,5 ranks por fila), aunque 5 / 2,5 sea exacto",
+            )
+        )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from minigpt.parallel.tensor_parallel.kit import kit_for
 from minigpt.parallel.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from tests import launcher
 from tests.limits import limit
+from tests.watch import collectives
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -154,7 +155,9 @@ def cross_entropy(group) -> dict:
     shape = list(loss.shape)
     gathered = [torch.empty_like(loss.detach()) for _ in range(WORLD)]
     dist.all_gather(gathered, loss.detach().contiguous(), group=group)
-    (loss * weight).sum().backward()
+    sent = counter.sent
+    with collectives() as backward_calls:
+        (loss * weight).sum().backward()
     grad_padded = torch.cat([truth.grad, truth.grad.new_zeros(BATCH, SEQ, padded - VOCAB)], dim=-1)
     return {
         "shape": shape,
@@ -162,8 +165,28 @@ def cross_entropy(group) -> dict:
         "ranks_agree": all(torch.equal(t, gathered[0]) for t in gathered),
         "grad": None if local.grad is None else diff(local.grad, grad_padded[..., start : start + per_rank]),
         "padding_grad": padding_grad(local.grad, start, per_rank),
-        "bytes": counter.sent,
+        "bytes": sent,
         "logit_bytes": BATCH * SEQ * padded * 8,
+        "backward_bytes": counter.sent - sent,
+        "backward_calls": [name for name, _ in backward_calls],
+        "large": large_logits(loss_fn, group, targets, start, per_rank),
+    }
+
+
+def large_logits(loss_fn, group, targets: torch.Tensor, start: int, per_rank: int) -> dict:
+    """The learner's loss on logits in the thousands (exp() of them overflows even float64): is it
+    finite, and how far from one process's cross-entropy (relative to the loss's size)?"""
+    g = torch.Generator().manual_seed(4)
+    full = 3000 * torch.randn(BATCH, SEQ, per_rank * WORLD, generator=g, dtype=torch.float64)
+    expected = F.cross_entropy(full[..., :VOCAB].transpose(1, 2), targets, reduction="none")
+    try:
+        loss = loss_fn(full[..., start : start + per_rank].clone(), targets, start, VOCAB, group, ByteCounter())
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: the other checks of the scenario stand
+        return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+    finite = bool(torch.isfinite(loss).all())
+    return {
+        "finite": finite,
+        "error_relative": diff(loss, expected) / float(expected.abs().max()) if finite else None,
     }
 
 

@@ -87,13 +87,32 @@ def run(group, size: int, optimizer: str, mode: str) -> dict:
     plain = cls(reference.parameters(), **settings)
     rank = dist.get_rank(group)
     untouched, touched_while_unused = [], []
-    sent = []
+    sent, closure_problems, settings_problems, reduced_left = [], [], [], []
     for step in range(STEPS):
+        lr = settings["lr"] * (1 - step / (2 * STEPS))  # a schedule: the settings change every step
+        for g in (*zero.param_groups, *plain.param_groups):
+            g["lr"] = lr
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         zero.zero_grad()
         model(batch(step, rank), *usage(step, rank, mode)).backward()
         zero.counter.reset()
-        zero.step()
+        calls, loss = [], torch.tensor(float(step))  # a closure on odd steps: it notes the grad mode
+        closure = partial(probe, calls, loss)
+        returned = zero.step(closure) if step % 2 else zero.step()
+        if (step % 2 and (calls != [True] or returned is not loss)) or (not step % 2 and returned is not None):
+            closure_problems.append(
+                {
+                    "step": step,
+                    "closure": bool(step % 2),
+                    "grad_enabled": calls,
+                    "returned": returned_what(returned, loss),
+                }
+            )
+        inner = [g["lr"] for g in zero.local.param_groups]
+        if inner != [lr] * len(inner):
+            settings_problems.append({"step": step, "lr": lr, "inner_lr": inner})
+        if zero._reduced:
+            reduced_left.append(step)
         sent.append(zero.counter.sent)
         plain.zero_grad(set_to_none=True)
         for r in range(size):
@@ -140,7 +159,23 @@ def run(group, size: int, optimizer: str, mode: str) -> dict:
         "touched_while_unused": touched_while_unused,
         "sent": sent,
         "expected_sent": expected_bytes(zero, size, rank),
+        "closure_problems": closure_problems,
+        "settings_problems": settings_problems,
+        "reduced_left_true": reduced_left,
     }
+
+
+def probe(calls: list[bool], loss: torch.Tensor) -> torch.Tensor:
+    """A closure that notes whether gradients were enabled when it was called, and returns ``loss``."""
+    calls.append(torch.is_grad_enabled())
+    return loss
+
+
+def returned_what(returned, loss: torch.Tensor) -> str:
+    """What ``step()`` returned, in a word the test can print: "loss" (the closure's), "None", or its type."""
+    if returned is loss:
+        return "loss"
+    return "None" if returned is None else type(returned).__name__
 
 
 def expected_bytes(zero, size: int, rank: int) -> int:

@@ -92,6 +92,10 @@ def step_collectives(
 class ZeroOneOptimizer(_Reference):
     @torch.no_grad()
     def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         # Mistake: every piece steps, with a zero gradient where no rank had one.
         self.reduce_gradients()
         for group, local in zip(self.param_groups, self.local.param_groups):
@@ -100,3 +104,4 @@ class ZeroOneOptimizer(_Reference):
         for flat in self.flat_params:
             ring.ring_all_gather(flat, self.process_group, self.counter)
         self._reduced = False
+        return loss
