@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -264,10 +265,13 @@ def _exercise_lines(tests: list[Result], exercise: str, unwritten: list[str], la
     return lines
 
 
-def _where(impl_name: str) -> str:
+def _where(impl_name: str, env: Mapping[str, str] | None = None) -> str:
     if impl_name == "reference":
         return "minigpt/"
-    folder = impl.exercises_dir()
+    if env is None:
+        folder = impl.exercises_dir()
+    else:
+        folder = Path(env.get(impl.DIR_ENV_VAR) or impl.EXERCISES_DIR).expanduser().resolve()
     return f"{folder.relative_to(ROOT)}/" if folder.is_relative_to(ROOT) else f"{folder}/"
 
 
@@ -279,11 +283,14 @@ def grade(
     lang: str | None = None,
     details: bool = False,
     show: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> Report:
     """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests), one lab (``"01"``) or
     everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
-    (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included."""
-    return _grade(exercise, lab, impl or "exercises", language(lang), details, show)
+    (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included.
+    ``env`` is the environment to grade in (default: this process's; the course's tests grade
+    several folders at once, each with its own)."""
+    return _grade(exercise, lab, impl or "exercises", language(lang), details, show, env)
 
 
 def save(report: Report, path: str | Path) -> None:
@@ -293,14 +300,14 @@ def save(report: Report, path: str | Path) -> None:
     Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
-def _saved(exercise: str | None, lab: str | None, impl_name: str) -> list[Result] | None:
+def _saved(exercise: str | None, lab: str | None, impl_name: str, env: Mapping[str, str]) -> list[Result] | None:
     """The results ``MINIGPT_GRADES`` holds for this exercise or lab, graded with the same implementation
     from the same folder (None: grade for real)."""
-    path = os.environ.get(SAVED_VARIABLE)
+    path = env.get(SAVED_VARIABLE)
     if not path or not Path(path).is_file():
         return None
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if data["impl"] != impl_name or data["where"] != _where(impl_name):
+    if data["impl"] != impl_name or data["where"] != _where(impl_name, env):
         return None
     found = [
         Result(**row)
@@ -310,19 +317,28 @@ def _saved(exercise: str | None, lab: str | None, impl_name: str) -> list[Result
     return found or None
 
 
-def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, details: bool, show: bool) -> Report:
+def _grade(
+    exercise: str | None,
+    lab: str | None,
+    impl_name: str,
+    lang: str,
+    details: bool,
+    show: bool,
+    environ: Mapping[str, str] | None = None,
+) -> Report:
     labs = sorted(catalog()["labs"])
+    environ = dict(os.environ if environ is None else environ)
     if exercise is not None and exercise != "all":
         lab = "0" + exercise.split(".")[0]
-    saved = _saved(exercise, lab, impl_name)
+    saved = _saved(exercise, lab, impl_name, environ)
     if saved is not None:
-        report = Report(saved, 0.0, lang, impl_name, _where(impl_name))
+        report = Report(saved, 0.0, lang, impl_name, _where(impl_name, environ))
         report.text = render(report)
         if show:
             print(report.text, flush=True)
         return report
     files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else labs)]
-    env = {**os.environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
+    env = {**environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         json_path = Path(tmp) / "grade.json"
@@ -339,7 +355,9 @@ def _grade(exercise: str | None, lab: str | None, impl_name: str, lang: str, det
             raise GradingError(f"{WORDS[lang]['broken'].format(code=proc.returncode)}\n{output}")
         data = json.loads(json_path.read_text())
     results = [Result(**{k: row[k] for k in Result.__dataclass_fields__}) for row in data["results"]]
-    report = Report(results, seconds, lang, impl_name, _where(impl_name), focus=exercise is None and lab is None)
+    report = Report(
+        results, seconds, lang, impl_name, _where(impl_name, environ), focus=exercise is None and lab is None
+    )
     report.text = render(report)
     if show:
         print(report.text, flush=True)

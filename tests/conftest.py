@@ -21,8 +21,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -349,20 +352,64 @@ def _write_grade_report(config: pytest.Config, scores: dict[str, _Result]) -> No
         json.dump({"impl": config.getoption("--impl"), "results": rows}, f, indent=1)
 
 
+DEFAULT_RUN = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any("default_run" in getattr(item, "fixturenames", ()) for item in session.items):
+        start_default_run(session.config)
+
+
+def start_default_run(config: pytest.Config) -> None:
+    """Start the README's default run in the background as soon as the tests are collected, when one of
+    them reads it: it trains on one thread, so the suite's other core does it while the first tests
+    run (about a minute saved on two cores), and ``default_run`` waits for it where it is first used."""
+    if config.option.collectonly or DEFAULT_RUN in config.stash:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="minigpt-default-run-"))
+    out = open(folder / "stdout.txt", "w", encoding="utf-8")  # a file, not a pipe: nobody reads it meanwhile
+    err = open(folder / "stderr.txt", "w", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(folder / "minigpt.pt")],
+        stdout=out,
+        stderr=err,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    config.stash[DEFAULT_RUN] = {"proc": proc, "folder": folder, "files": (out, err), "started": time.monotonic()}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(DEFAULT_RUN, None)
+    if run is not None:
+        if run["proc"].poll() is None:
+            run["proc"].kill()
+            run["proc"].wait()
+        for f in run["files"]:
+            f.close()
+        shutil.rmtree(run["folder"], ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def default_run(tmp_path_factory):
+def default_run(request):
     """``python -m minigpt.train`` with every default (the README's single-process run), trained once
     per session, on one thread: two threads that spin-wait for each other on a busy two-core machine
     can take ten times as long, and the tests read only its accuracy and loss, not its last bits.
+    Started in the background when the tests are collected (``start_default_run``); here its end is
+    waited for, within the same limit as before counted from its start.
     Returns the checkpoint path, the output, and the numbers of its final line."""
-    out = tmp_path_factory.mktemp("default") / "minigpt.pt"
-    proc = subprocess.run(
-        [sys.executable, "-m", "minigpt.train", "--quiet", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=limit(240),
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    start_default_run(request.config)  # already started, unless collection did not see a test that reads it
+    run = request.config.stash[DEFAULT_RUN]
+    left = limit(240) - (time.monotonic() - run["started"])
+    try:
+        returncode = run["proc"].wait(timeout=max(left, 1))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"python -m minigpt.train did not finish within {limit(240):.0f} s; {limits.HINT}")
+    for f in run["files"]:
+        f.flush()
+    stdout = (run["folder"] / "stdout.txt").read_text(encoding="utf-8")
+    stderr = (run["folder"] / "stderr.txt").read_text(encoding="utf-8")
+    out = run["folder"] / "minigpt.pt"
+    proc = subprocess.CompletedProcess(run["proc"].args, returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stderr
     final = re.search(
         r"final: step (\d+) \| val loss ([\d.]+) \| tutor accuracy ([\d.]+)% "

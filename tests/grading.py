@@ -9,11 +9,14 @@ every lab is graded once per implementation in the whole suite.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from minigpt import grader, impl
+from tests.limits import limit
 
 
 def write_exercises(folder: Path, written: set[str]) -> Path:
@@ -39,28 +42,36 @@ class Graded:
     """One whole grading: its report, the exercises folder it graded, and the saved results."""
 
     def __init__(self, folder: Path | None, saved: Path):
-        mp = pytest.MonkeyPatch()
-        if folder is None:
-            mp.delenv(impl.DIR_ENV_VAR, raising=False)
-        else:
-            mp.setenv(impl.DIR_ENV_VAR, str(folder))
-        mp.delenv(grader.SAVED_VARIABLE, raising=False)
-        try:
-            self.report = grader.grade(impl="exercises", show=False, lang="en")
-        finally:
-            mp.undo()
+        env = {k: v for k, v in os.environ.items() if k not in (impl.DIR_ENV_VAR, grader.SAVED_VARIABLE)}
+        if folder is not None:
+            env[impl.DIR_ENV_VAR] = str(folder)
+        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env)
         self.folder, self.saved = folder, saved
         grader.save(self.report, saved)
 
 
 @pytest.fixture(scope="session")
-def reference_graded(tmp_path_factory) -> Graded:
-    """Every lab, the reference written into the exercise files (``--impl exercises``)."""
+def whole_gradings(tmp_path_factory) -> dict[str, Future]:
+    """Both whole gradings, started together on two threads (each is a pytest process whose ranks often
+    wait: the other core works meanwhile); each fixture below waits for its own."""
     root = tmp_path_factory.mktemp("reference-graded")
-    return Graded(write_exercises(root / "exercises", set(impl.EXERCISES)), root / "grades.json")
+    folder = write_exercises(root / "exercises", set(impl.EXERCISES))
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="whole-grading")
+    futures = {
+        "reference": pool.submit(Graded, folder, root / "grades.json"),
+        "stubs": pool.submit(Graded, None, tmp_path_factory.mktemp("stubs-graded") / "grades.json"),
+    }
+    yield futures
+    pool.shutdown(wait=True)
 
 
 @pytest.fixture(scope="session")
-def stubs_graded(tmp_path_factory) -> Graded:
+def reference_graded(whole_gradings) -> Graded:
+    """Every lab, the reference written into the exercise files (``--impl exercises``)."""
+    return whole_gradings["reference"].result(timeout=limit(280))
+
+
+@pytest.fixture(scope="session")
+def stubs_graded(whole_gradings) -> Graded:
     """Every lab, the untouched stubs of ``lab/exercises/``."""
-    return Graded(None, tmp_path_factory.mktemp("stubs-graded") / "grades.json")
+    return whole_gradings["stubs"].result(timeout=limit(280))

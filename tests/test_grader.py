@@ -18,8 +18,10 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,88 @@ def grade(monkeypatch, folder: Path | None = None, **kwargs) -> grader.Report:
     else:
         monkeypatch.setenv(impl.DIR_ENV_VAR, str(folder))
     return grader.grade(impl="exercises", show=False, lang=kwargs.pop("lang", "en"), **kwargs)
+
+
+def environment(folder: Path | None, **extra: str) -> dict[str, str]:
+    """This process's environment with the learner's folder ``folder`` (None: lab/exercises/) and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != impl.DIR_ENV_VAR}
+    if folder is not None:
+        env[impl.DIR_ENV_VAR] = str(folder)
+    return {**env, **extra}
+
+
+def slow_causal_mask(folder: Path) -> Path:
+    """The stubs, with a causal mask that never returns."""
+    stub = folder / "lab00_baseline.py"
+    stub.write_text(stub.read_text() + "\n\ndef causal_mask(size):\n    import time\n\n    time.sleep(3600)\n")
+    return folder
+
+
+WRITTEN_ALONE = {"0.2", "1.3", "2.5", "3.2"}
+
+# The grader's runs that the tests below read, by name: (the learner's folder, or a function of a fresh
+# folder that writes it; what to grade; extra environment). Each is a pytest process of its own, often
+# with ranks that wait on each other or on a timeout, so they run two at a time (the ``graded`` fixture):
+# the suite's other core works while one of them waits.
+RUNS: dict[str, tuple] = {
+    "alone": (lambda tmp: write_exercises(tmp, WRITTEN_ALONE), {}, {}),
+    "later": (lambda tmp: write_exercises(tmp, {"1.4"}), {"lab": "01"}, {}),
+    "classic": (PITFALLS, {}, {}),
+    "broken_ddp": (PITFALLS / "broken_ddp", {"lab": "01"}, {}),
+    "unaveraged_ddp": (PITFALLS / "unaveraged_ddp", {"lab": "01"}, {}),
+    "zero1_keeps_frozen": (PITFALLS / "zero1_keeps_frozen", {"lab": "02"}, {}),
+    "unpadded_fsdp": (PITFALLS / "unpadded_fsdp", {"lab": "04"}, {}),
+    "unreduced_tp": (PITFALLS / "unreduced_tp", {"lab": "05"}, {}),
+    # every scenario of this pitfall waits out its receive's timeout: 4 s here instead of the graded 10
+    "unsent_gradient_pipeline": (
+        PITFALLS / "unsent_gradient_pipeline",
+        {"lab": "06"},
+        {"MINIGPT_PIPELINE_STEP_TIMEOUT_S": "4"},
+    ),
+    # limits scaled down to a twentieth: 1.5 s instead of 30 s
+    "time_limit": (
+        lambda tmp: slow_causal_mask(write_exercises(tmp, set())),
+        {"exercise": "0.1"},
+        {"MINIGPT_TIME_SCALE": "0.05"},
+    ),
+    # rank 1 starts 8 s late, beyond a start-up timeout of 3 s
+    "could_not_connect": (
+        lambda tmp: write_exercises(tmp, {"1.3"}),
+        {"exercise": "1.3"},
+        {"MINIGPT_LATE_RANK": "1:8", "MINIGPT_START_UP_TIMEOUT": "3"},
+    ),
+    "spanish": (None, {"exercise": "0.1", "lang": "es"}, {}),
+}
+
+
+def graded_run(spec: tuple, tmp: Path) -> grader.Report:
+    folder, what, extra = spec
+    if callable(folder):
+        folder = folder(tmp)
+    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=environment(folder, **extra))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``ONE_RULE_EACH``, started at once on two threads in the
+    order the tests read them; each test waits for its own."""
+    last = ("time_limit", "could_not_connect", "spanish")
+    runs = {name: spec for name, spec in RUNS.items() if name not in last}
+    for folder, (exercise, _, _) in NAMED_CAUSES.items():
+        runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": exercise}, {})
+    for exercise in ONE_RULE_EACH:
+        runs[f"rule {exercise}"] = (PITFALLS / "one_rule_each", {"exercise": exercise}, {})
+    runs.update({name: RUNS[name] for name in last})
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grade")
+    futures = {name: pool.submit(graded_run, spec, tmp_path_factory.mktemp("graded")) for name, spec in runs.items()}
+    yield futures
+    for future in futures.values():
+        future.cancel()
+    pool.shutdown(wait=True)
+
+
+def report_of(graded, name: str) -> grader.Report:
+    return graded[name].result(timeout=limit(280))
 
 
 def lost(report: grader.Report) -> dict[str, int]:
@@ -145,13 +229,14 @@ def test_one_distributed_exercise_is_graded_in_seconds(monkeypatch, exercise):
     assert report.seconds < limit(15), f"Exercise {exercise} took {report.seconds:.1f} s, over {limit(15):g} s ({HINT})"
 
 
-def test_an_exercise_earns_its_points_alone(monkeypatch, tmp_path):
+def test_an_exercise_earns_its_points_alone(graded):
     """Exercise 1.3 written before 1.2 and 1.4, 2.5 before 2.4, 3.2 alone, 0.2 alone: each scores
     in full, nothing else scores (the end-to-end tests need everything)."""
-    written = {"0.2", "1.3", "2.5", "3.2"}
-    report = grade(monkeypatch, write_exercises(tmp_path / "some", written))
+    report = report_of(graded, "alone")
     for exercise, (earned, total) in by_exercise(report).items():
-        assert earned == (total if exercise in written else 0), f"Exercise {exercise}: {earned}/{total}\n{report.text}"
+        assert earned == (total if exercise in WRITTEN_ALONE else 0), (
+            f"Exercise {exercise}: {earned}/{total}\n{report.text}"
+        )
     # the labs being worked on show every exercise, the others one line each; All together waits
     assert "waits for Exercises 0.1, 0.3, 0.4 (not written yet)" in report.text, report.text
     assert "waits for Exercises 1.1, 1.2, 1.4 (not written yet)" in report.text, report.text
@@ -159,8 +244,8 @@ def test_an_exercise_earns_its_points_alone(monkeypatch, tmp_path):
         assert f"Lab {lab} · {LABS[lab]} · 0/{lab_points(lab)} · nothing written yet" in report.text, report.text
 
 
-def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, tmp_path):
-    report = grade(monkeypatch, write_exercises(tmp_path / "later", {"1.4"}), lab="01")
+def test_a_later_exercise_earns_its_points_before_the_earlier_ones(graded):
+    report = report_of(graded, "later")
     scores = by_exercise(report)
     assert scores["1.4"][0] == scores["1.4"][1] > 0, report.text
     assert all(earned == 0 for exercise, (earned, _) in scores.items() if exercise != "1.4"), report.text
@@ -170,7 +255,7 @@ def test_a_later_exercise_earns_its_points_before_the_earlier_ones(monkeypatch, 
 # classic mistakes
 
 
-def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
+def test_classic_mistakes_lose_exactly_their_points(graded):
     """tests/pitfalls/ holds classic mistakes: for Lab 00 a transposed mask, a per-token loss and
     rows silently dropped (and one correct answer); for Lab 01 a ring that passes whole tensors,
     buckets that ignore the dtype, buckets launched in arrival order, no_sync ignored, no check for a
@@ -192,7 +277,7 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     requires_grad_() (no input gradient to send back: the stage's own error, not its neighbour's
     timeout, is the reason), HSDP's two degrees swapped (the replica groups built across the wrong
     ranks), and the gradients all-reduced over the whole world instead of the replica group."""
-    report = grade(monkeypatch, PITFALLS)
+    report = report_of(graded, "classic")
     assert lost(report) == {
         "test_causal_mask_values": 2,
         "test_causal_mask_hides_the_future_in_the_model": 2,
@@ -258,13 +343,13 @@ def test_classic_mistakes_lose_exactly_their_points(monkeypatch):
     assert "did forward_step call requires_grad_() on the received activations?" in unwatched.reason, unwatched.reason
 
 
-def test_a_broken_ddp_loses_the_ddp_points(monkeypatch):
+def test_a_broken_ddp_loses_the_ddp_points(graded):
     """tests/pitfalls/broken_ddp/: the hook's argument taken for the gradient (1.3), and buckets
     that keep frozen parameters and tied weights twice (1.2). Graded one exercise at a time, the
     ring (1.1) and the end of backward (1.4) keep their points, and so does the overlap test of
     1.3 (the broken hook still launches each bucket in time); the end-to-end run fails on the
     frozen and tied parameters."""
-    report = grade(monkeypatch, PITFALLS / "broken_ddp", lab="01")
+    report = report_of(graded, "broken_ddp")
     assert set(lost(report)) == {
         "test_buckets_skip_frozen_and_hold_tied_weights_once",
         "test_ddp_gradients_are_the_average_over_ranks",
@@ -276,10 +361,10 @@ def test_a_broken_ddp_loses_the_ddp_points(monkeypatch):
     assert "rank 0: BucketedDDP: these parameters received no gradient" in report.text
 
 
-def test_a_ddp_that_sums_instead_of_averaging_loses_the_end_to_end_points(monkeypatch):
+def test_a_ddp_that_sums_instead_of_averaging_loses_the_end_to_end_points(graded):
     """tests/pitfalls/unaveraged_ddp/: no division by the world size. The ranks agree, AdamW hides
     most of it, but every test that compares gradients catches it, the end-to-end one included."""
-    report = grade(monkeypatch, PITFALLS / "unaveraged_ddp", lab="01")
+    report = report_of(graded, "unaveraged_ddp")
     assert lost(report) == {
         "test_ddp_gradients_are_the_average_over_ranks": 2,
         "test_ddp_launches_buckets_in_the_same_order_on_every_rank": 1,
@@ -289,32 +374,32 @@ def test_a_ddp_that_sums_instead_of_averaging_loses_the_end_to_end_points(monkey
     }, report.text
 
 
-def test_a_zero1_that_keeps_frozen_parameters_loses_their_points(monkeypatch):
+def test_a_zero1_that_keeps_frozen_parameters_loses_their_points(graded):
     """tests/pitfalls/zero1_keeps_frozen/: the flat buffers keep the frozen parameters. The weights
     stay right (nothing marks them), so only the two tests of what frozen parameters cost fail."""
-    report = grade(monkeypatch, PITFALLS / "zero1_keeps_frozen", lab="02")
+    report = report_of(graded, "zero1_keeps_frozen")
     assert lost(report) == {
         "test_trainable_parameters_leave_out_frozen_and_repeat_none": 1,
         "test_zero1_frozen_parameters_cost_nothing_and_never_move": 1,
     }, report.text
 
 
-def test_an_unpadded_reduce_scatter_loses_its_points(monkeypatch):
+def test_an_unpadded_reduce_scatter_loses_its_points(graded):
     """tests/pitfalls/unpadded_fsdp/: the gradients reduce-scattered from a buffer that is not
     padded parameter by parameter, so chunk r is not rank r's rows (MiniGPT's 609-row embedding on
     2 ranks). The reduce-scatter test and the end-to-end run catch it; nothing else changes."""
-    report = grade(monkeypatch, PITFALLS / "unpadded_fsdp", lab="04")
+    report = report_of(graded, "unpadded_fsdp")
     assert lost(report) == {
         "test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2,
         "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
     }, report.text
 
 
-def test_an_f_without_its_backward_all_reduce_loses_its_points(monkeypatch):
+def test_an_f_without_its_backward_all_reduce_loses_its_points(graded):
     """tests/pitfalls/unreduced_tp/: f the identity both ways, so each rank keeps only its own share
     of the input's gradient. The forward is right; the test of f, the MLP's input gradient and the
     end-to-end model's gradients catch it, and ring attention (no f in it) keeps its points."""
-    report = grade(monkeypatch, PITFALLS / "unreduced_tp", lab="05")
+    report = report_of(graded, "unreduced_tp")
     assert lost(report) == {
         "test_f_is_the_identity_forward_and_sums_the_gradients_backward": 2,
         "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
@@ -322,12 +407,12 @@ def test_an_f_without_its_backward_all_reduce_loses_its_points(monkeypatch):
     }, report.text
 
 
-def test_a_backward_step_that_keeps_the_input_gradient_loses_its_points(monkeypatch):
+def test_a_backward_step_that_keeps_the_input_gradient_loses_its_points(graded):
     """tests/pitfalls/unsent_gradient_pipeline/: backward_step never sends the input's gradient back.
-    The stage before waits for it until its receive's timeout (10 s, not a hang); the steps' tests
-    and the end-to-end run lose their points with that timeout's words, and the 1F1B lists keep
-    theirs."""
-    report = grade(monkeypatch, PITFALLS / "unsent_gradient_pipeline", lab="06")
+    The stage before waits for it until its receive's timeout (not a hang: 4 s here instead of the
+    graded run's 10, since each of the five scenarios waits it out); the steps' tests and the end-to-end
+    run lose their points with that timeout's words, and the 1F1B lists keep theirs."""
+    report = report_of(graded, "unsent_gradient_pipeline")
     assert lost(report) == {
         "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3,
         "test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2,
@@ -375,14 +460,14 @@ NAMED_CAUSES = {
 
 
 @pytest.mark.parametrize("folder", list(NAMED_CAUSES))
-def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(monkeypatch, folder):
+def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(graded, folder):
     """Issue 30's table, one exercise graded at a time: shards cut with torch.chunk lose the shard
     test with the IndexError and the learner's line, and the correct gather_rows keeps its point; a
     module met twice counted twice; a unit not gathered again in pre_backward, named by its hook
     instead of "storage of size 0"; the norm summed as one number per rank; held[i] read instead of
     popped, named as still held (backward did run)."""
     exercise, expected, words = NAMED_CAUSES[folder]
-    report = grade(monkeypatch, (PITFALLS / folder).resolve(), exercise=exercise)
+    report = report_of(graded, f"cause {folder}")
     assert lost(report) == expected, report.text
     assert report.earned == report.total - sum(expected.values()), report.text
     for r in report.results:
@@ -410,11 +495,11 @@ ONE_RULE_EACH = {
 
 
 @pytest.mark.parametrize("exercise", list(ONE_RULE_EACH))
-def test_each_stated_rule_broken_alone_loses_exactly_its_tests(monkeypatch, exercise):
+def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, exercise):
     """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/, one mistake per
     exercise; the others' rules are in tests/pitfalls/ and its one-mistake folders): the tests of that
     rule fail, and only they."""
-    report = grade(monkeypatch, PITFALLS / "one_rule_each", exercise=exercise)
+    report = report_of(graded, f"rule {exercise}")
     assert lost(report) == ONE_RULE_EACH[exercise], report.text
     assert all(r.kind == "failed" for r in report.results if not r.passed), report.text
 
@@ -488,27 +573,20 @@ def test_a_time_out_says_which_rank_waited_for_which_and_known_symptoms_their_li
     assert "el rank 0 esperó 20 s en una colectiva al rank 1, que terminó 's@4.1' sin empezarla" in skipped, skipped
 
 
-def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(monkeypatch, tmp_path):
+def test_a_time_limit_is_reported_as_one_not_as_a_wrong_answer(graded):
     """A causal mask that never returns, under limits scaled down to a twentieth (1.5 s instead of
     30 s): the lost points say it ran out of time, with the limit and how to raise it."""
-    folder = write_exercises(tmp_path / "slow", set())
-    stub = folder / "lab00_baseline.py"
-    stub.write_text(stub.read_text() + "\n\ndef causal_mask(size):\n    import time\n\n    time.sleep(3600)\n")
-    monkeypatch.setenv("MINIGPT_TIME_SCALE", "0.05")
-    report = grade(monkeypatch, folder, exercise="0.1")
+    report = report_of(graded, "time_limit")
     assert [r.kind for r in report.results] == ["time limit", "time limit"], report.text
     assert "ran out of time (it did not fail): Failed: Timeout (>1.5s)" in report.text, report.text
     assert "MINIGPT_TIME_SCALE=3 make grade" in report.text, report.text
 
 
-def test_ranks_that_could_not_connect_lose_no_point(monkeypatch, tmp_path):
+def test_ranks_that_could_not_connect_lose_no_point(graded):
     """A busy machine, not a mistake: rank 1 of Exercise 1.3's launch starts 8 s late, beyond a start-up
     timeout of 3 s. Every test of the exercise is reported as not graded, with the line that says the
     ranks could not connect and how to raise the limit, and none of its points is lost."""
-    folder = write_exercises(tmp_path / "written", {"1.3"})  # the reference's code, as the learner's
-    monkeypatch.setenv("MINIGPT_LATE_RANK", "1:8")
-    monkeypatch.setenv("MINIGPT_START_UP_TIMEOUT", "3")
-    report = grade(monkeypatch, folder, exercise="1.3")
+    report = report_of(graded, "could_not_connect")  # the reference's code of 1.3, as the learner's
     assert report.results and all(r.kind == grader.NOT_GRADED for r in report.results), report.text
     assert report.total == report.earned == 0 and lost(report) == {r.name: r.points for r in report.results}
     assert "not graded (" in report.text and "pt, not lost)" in report.text, report.text
@@ -521,8 +599,8 @@ def test_ranks_that_could_not_connect_lose_no_point(monkeypatch, tmp_path):
 # the words: Spanish, the catalog, the stubs
 
 
-def test_the_report_speaks_spanish_when_asked(monkeypatch):
-    report = grade(monkeypatch, exercise="0.1", lang="es")
+def test_the_report_speaks_spanish_when_asked(graded):
+    report = report_of(graded, "spanish")
     assert "Lab 00 · MiniGPT y la referencia de un proceso · 0/4" in report.text, report.text
     assert "Ejercicio 0.1 · la máscara causal · 0/4" in report.text, report.text
     assert "sin escribir todavía: Ejercicio 0.1: construye la máscara causal booleana" in report.text, report.text

@@ -111,10 +111,10 @@ def test_a_failed_rank_is_named_under_every_launcher(how, launcher):
     two torchruns of one process each (two machines). Rank 0 must stop within 60 s with one line of
     ours that names rank 1 and what happened to it, and torchrun's own report must not blame rank 0
     for a rank 1 that died: its "Root Cause" is rank 1, or, for a frozen rank 1 that torchrun cannot
-    see, rank 0's line naming rank 1. --timeout 10 bounds the wait for a frozen peer (the start-up
+    see, rank 0's line naming rank 1. --timeout 5 bounds the wait for a frozen peer (the start-up
     has its own, longer timeout: a loaded machine's slow start is not a frozen peer)."""
     port = free_port()
-    timeout_s = f"{limit(10):g}"  # a collective of this tiny model takes milliseconds; a frozen peer, forever
+    timeout_s = f"{limit(5):g}"  # a collective of this tiny model takes milliseconds; a frozen peer, forever
     args = ["--steps", "100000", "--timeout", timeout_s, *TINY[:-1]]  # progress bar on: we watch it
     if launcher == "one torchrun":
         nodes = [one_torchrun(args)]

@@ -503,7 +503,7 @@ def test_zero1_equals_plain_optimizers(zero1):
                     f"{where}: en el paso {r['settings_problems'][0]['step']} la tasa de aprendizaje era "
                     f"{r['settings_problems'][0]['lr']:.6g} en self.param_groups y {r['settings_problems'][0]['inner_lr']}"
                     " en los grupos del optimizador interno: da a cada grupo interno todos los ajustes de su gemelo de "
-                    "param_groups salvo 'params', en cada paso (un calendario de la tasa de aprendizaje los cambia)",
+                    "param_groups salvo 'params', en cada paso (una programación de la tasa de aprendizaje los cambia)",
                 )
                 assert agrees(r, size), say(
                     f"{size} ranks, {optimizer}, rank {rank}: after 10 steps the weights differ from the plain "

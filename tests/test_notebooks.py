@@ -23,9 +23,11 @@ The notebooks mark their cells with tags (cell metadata): ``your-turn`` or ``gra
 from __future__ import annotations
 
 import io
+import os
 import re
 import time
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -39,6 +41,17 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ENGLISH = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.endswith(".es.ipynb"))
 NOT_WRITTEN = {"en": "not written yet: Exercise ", "es": "sin escribir todavía: Ejercicio "}
+# seconds each notebook took in one suite run (quiet two-core machine, before they ran two at a time):
+# only the order they start in, the longest first, so that no long one is left for last
+SECONDS = {
+    "05-tensor-and-context-parallel.ipynb": 36,
+    "01-ddp-from-scratch.ipynb": 22,
+    "01-ddp-from-scratch.es.ipynb": 14,
+    "06-pipelines-and-meshes.ipynb": 13,
+    "00-minigpt-baseline.es.ipynb": 13,
+    "00-minigpt-baseline.ipynb": 12,
+    "05-tensor-and-context-parallel.es.ipynb": 9,
+}
 SCORE_LINE = re.compile(r"^\s+(\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
 
 
@@ -198,26 +211,53 @@ def test_tables_are_markdown_and_no_run_time_is_guessed(path):
 # Running them
 
 
-def run(path: Path, graded, monkeypatch, tmp_path: Path) -> nbformat.NotebookNode:
-    """``path`` executed in a fresh kernel on the learner's path (``MINIGPT_IMPL=exercises``), with the
-    exercise files and the saved grades of ``graded`` (tests/grading.py; the kernel inherits this
-    process's environment); fails on the first cell that raises."""
-    monkeypatch.setenv(impl.ENV_VAR, "exercises")
-    monkeypatch.delenv(impl.ONLY_ENV_VAR, raising=False)
-    if graded.folder is None:
-        monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
-    else:
-        monkeypatch.setenv(impl.DIR_ENV_VAR, str(graded.folder))
-    monkeypatch.setenv(grader.SAVED_VARIABLE, str(graded.saved))
-    monkeypatch.setenv(hints.STATE_VARIABLE, str(tmp_path / "hints.json"))  # the hint cells count here, not in out/
+def environment(graded, tmp_path: Path) -> dict[str, str]:
+    """The kernel's environment: the learner's path (``MINIGPT_IMPL=exercises``), with the exercise
+    files and the saved grades of ``graded`` (tests/grading.py)."""
+    env = {k: v for k, v in os.environ.items() if k not in (impl.ONLY_ENV_VAR, impl.DIR_ENV_VAR)}
+    env[impl.ENV_VAR] = "exercises"
+    if graded.folder is not None:
+        env[impl.DIR_ENV_VAR] = str(graded.folder)
+    env[grader.SAVED_VARIABLE] = str(graded.saved)
+    env[hints.STATE_VARIABLE] = str(tmp_path / "hints.json")  # the hint cells count here, not in out/
+    env["OMP_NUM_THREADS"] = "1"  # two kernels at a time on two cores: one thread each, no spin-waiting
+    return env
+
+
+def execute(path: Path, graded, tmp_path: Path) -> nbformat.NotebookNode:
+    """``path`` executed in a fresh kernel (its environment: ``environment``); raises on the first cell
+    that raises."""
     implementation = "the stubs" if graded.folder is None else "the reference written into the exercises"
     notebook = read(path)
     start = time.perf_counter()
     NotebookClient(
         notebook, timeout=limit(180), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    ).execute(env=environment(graded, tmp_path))
     print(f"{path.name} with {implementation}: {time.perf_counter() - start:.0f} s")
     return notebook
+
+
+@pytest.fixture(scope="session")
+def executed(reference_graded, stubs_graded, tmp_path_factory):
+    """Every notebook executed once, two kernels at a time: a kernel computes on one core, and the
+    notebooks are independent (each its own kernel, environment and folder), so the second core runs
+    the next one. English with the reference, Spanish with the stubs, the longest first. Each test
+    waits for its own notebook only. Returns the futures by file name."""
+    jobs = [(p, reference_graded) for p in ENGLISH] + [(spanish(p), stubs_graded) for p in ENGLISH]
+    jobs.sort(key=lambda job: -SECONDS.get(job[0].name, 5))
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook")
+    futures = {
+        path.name: pool.submit(execute, path, graded, tmp_path_factory.mktemp(path.stem.replace(".", "-")))
+        for path, graded in jobs
+    }
+    yield futures
+    for future in futures.values():
+        future.cancel()
+    pool.shutdown(wait=True)
+
+
+def run(path: Path, executed) -> nbformat.NotebookNode:
+    return executed[path.name].result(timeout=limit(280))
 
 
 def text(cell) -> str:
@@ -241,8 +281,8 @@ def scores(notebook, name: str) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name)
-def test_english_notebook_runs_top_to_bottom(path, reference_graded, monkeypatch, tmp_path):
-    notebook = run(path, reference_graded, monkeypatch, tmp_path)
+def test_english_notebook_runs_top_to_bottom(path, executed):
+    notebook = run(path, executed)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
     assert ordered(found) == exercises_of(path), "one score line per exercise of the lab"
@@ -283,8 +323,8 @@ def test_english_notebook_says_not_written_in_english(path):
 
 
 @pytest.mark.parametrize("path", [spanish(p) for p in ENGLISH], ids=lambda p: p.name)
-def test_spanish_notebook_runs_with_the_stubs(path, stubs_graded, monkeypatch, tmp_path):
-    notebook = run(path, stubs_graded, monkeypatch, tmp_path)
+def test_spanish_notebook_runs_with_the_stubs(path, executed):
+    notebook = run(path, executed)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
     assert ordered(found) == exercises_of(path) and all(earned == 0 for earned, _ in found.values())
