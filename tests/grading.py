@@ -10,12 +10,13 @@ every lab is graded once per implementation in the whole suite.
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from minigpt import grader, impl
+from tests import background
 from tests.limits import limit
 
 
@@ -43,6 +44,7 @@ class Graded:
 
     def __init__(self, folder: Path | None, saved: Path):
         env = {k: v for k, v in os.environ.items() if k not in (impl.DIR_ENV_VAR, grader.SAVED_VARIABLE)}
+        env["OMP_NUM_THREADS"] = "1"  # one thread per process: it shares the cores with the rest of the suite
         if folder is not None:
             env[impl.DIR_ENV_VAR] = str(folder)
         self.report = grader.grade(impl="exercises", show=False, lang="en", env=env)
@@ -50,28 +52,31 @@ class Graded:
         grader.save(self.report, saved)
 
 
-@pytest.fixture(scope="session")
-def whole_gradings(tmp_path_factory) -> dict[str, Future]:
-    """Both whole gradings, started together on two threads (each is a pytest process whose ranks often
-    wait: the other core works meanwhile); each fixture below waits for its own."""
-    root = tmp_path_factory.mktemp("reference-graded")
-    folder = write_exercises(root / "exercises", set(impl.EXERCISES))
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="whole-grading")
-    futures = {
-        "reference": pool.submit(Graded, folder, root / "grades.json"),
-        "stubs": pool.submit(Graded, None, tmp_path_factory.mktemp("stubs-graded") / "grades.json"),
+def reference_run(folder: Path) -> Graded:
+    return Graded(write_exercises(folder / "exercises", set(impl.EXERCISES)), folder / "grades.json")
+
+
+def stubs_run(folder: Path) -> Graded:
+    return Graded(None, folder / "grades.json")
+
+
+def submit(config: pytest.Config) -> dict[str, Future]:
+    """Both whole gradings, on the suite's second lane (tests/background.py): each is a pytest process
+    whose ranks often wait, so the other core works meanwhile."""
+    lane = background.lane(config)
+    return {
+        "reference": lane.submit("reference graded", reference_run),
+        "stubs": lane.submit("stubs graded", stubs_run),
     }
-    yield futures
-    pool.shutdown(wait=True)
 
 
 @pytest.fixture(scope="session")
-def reference_graded(whole_gradings) -> Graded:
+def reference_graded(request) -> Graded:
     """Every lab, the reference written into the exercise files (``--impl exercises``)."""
-    return whole_gradings["reference"].result(timeout=limit(280))
+    return submit(request.config)["reference"].result(timeout=limit(280))
 
 
 @pytest.fixture(scope="session")
-def stubs_graded(whole_gradings) -> Graded:
+def stubs_graded(request) -> Graded:
     """Every lab, the untouched stubs of ``lab/exercises/``."""
-    return whole_gradings["stubs"].result(timeout=limit(280))
+    return submit(request.config)["stubs"].result(timeout=limit(280))

@@ -16,17 +16,18 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from minigpt import grader, impl
+from tests import background
 from tests.grading import write_exercises
 from tests.limits import HINT, limit
 from tests.ranks import Launch, explain, scenario
@@ -77,8 +78,11 @@ def grade(monkeypatch, folder: Path | None = None, **kwargs) -> grader.Report:
 
 
 def environment(folder: Path | None, **extra: str) -> dict[str, str]:
-    """This process's environment with the learner's folder ``folder`` (None: lab/exercises/) and ``extra``."""
+    """This process's environment with the learner's folder ``folder`` (None: lab/exercises/) and ``extra``,
+    on one thread per process (these runs share the cores with the rest of the suite: threads that
+    spin-wait for each other on a busy core only burn it)."""
     env = {k: v for k, v in os.environ.items() if k != impl.DIR_ENV_VAR}
+    env["OMP_NUM_THREADS"] = "1"
     if folder is not None:
         env[impl.DIR_ENV_VAR] = str(folder)
     return {**env, **extra}
@@ -95,8 +99,8 @@ WRITTEN_ALONE = {"0.2", "1.3", "2.5", "3.2"}
 
 # The grader's runs that the tests below read, by name: (the learner's folder, or a function of a fresh
 # folder that writes it; what to grade; extra environment). Each is a pytest process of its own, often
-# with ranks that wait on each other or on a timeout, so they run two at a time (the ``graded`` fixture):
-# the suite's other core works while one of them waits.
+# with ranks that wait on each other or on a timeout, so they run on the suite's second lane from the
+# moment the tests are collected (``submit``, tests/background.py), and the tests that read them run last.
 RUNS: dict[str, tuple] = {
     "alone": (lambda tmp: write_exercises(tmp, WRITTEN_ALONE), {}, {}),
     "later": (lambda tmp: write_exercises(tmp, {"1.4"}), {"lab": "01"}, {}),
@@ -135,10 +139,9 @@ def graded_run(spec: tuple, tmp: Path) -> grader.Report:
     return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=environment(folder, **extra))
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``ONE_RULE_EACH``, started at once on two threads in the
-    order the tests read them; each test waits for its own."""
+def submit(config: pytest.Config) -> dict:
+    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``ONE_RULE_EACH``, on the suite's second lane
+    (tests/background.py), in the order the tests read them."""
     last = ("time_limit", "could_not_connect", "spanish")
     runs = {name: spec for name, spec in RUNS.items() if name not in last}
     for folder, (exercise, _, _) in NAMED_CAUSES.items():
@@ -146,12 +149,14 @@ def graded(tmp_path_factory):
     for exercise in ONE_RULE_EACH:
         runs[f"rule {exercise}"] = (PITFALLS / "one_rule_each", {"exercise": exercise}, {})
     runs.update({name: RUNS[name] for name in last})
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grade")
-    futures = {name: pool.submit(graded_run, spec, tmp_path_factory.mktemp("graded")) for name, spec in runs.items()}
-    yield futures
-    for future in futures.values():
-        future.cancel()
-    pool.shutdown(wait=True)
+    lane = background.lane(config)
+    return {name: lane.submit(f"grader {name}", functools.partial(graded_run, spec)) for name, spec in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def graded(request):
+    """The futures of the grader's runs (``submit``); each test waits for its own."""
+    return submit(request.config)
 
 
 def report_of(graded, name: str) -> grader.Report:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import io
 import os
 import re
-import time
 import tokenize
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import nbformat
@@ -35,6 +34,7 @@ import pytest
 from nbclient import NotebookClient
 
 from minigpt import grader, hints, impl
+from tests import background, grading
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,33 +227,34 @@ def environment(graded, tmp_path: Path) -> dict[str, str]:
 def execute(path: Path, graded, tmp_path: Path) -> nbformat.NotebookNode:
     """``path`` executed in a fresh kernel (its environment: ``environment``); raises on the first cell
     that raises."""
-    implementation = "the stubs" if graded.folder is None else "the reference written into the exercises"
     notebook = read(path)
-    start = time.perf_counter()
-    NotebookClient(
-        notebook, timeout=limit(180), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute(env=environment(graded, tmp_path))
-    print(f"{path.name} with {implementation}: {time.perf_counter() - start:.0f} s")
+    # the kernel's own log to a file: it starts on the second lane, where pytest captures nothing
+    with open(tmp_path / "kernel.log", "w", encoding="utf-8") as log:
+        NotebookClient(
+            notebook, timeout=limit(180), kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute(env=environment(graded, tmp_path), stderr=log)
     return notebook
 
 
-@pytest.fixture(scope="session")
-def executed(reference_graded, stubs_graded, tmp_path_factory):
-    """Every notebook executed once, two kernels at a time: a kernel computes on one core, and the
-    notebooks are independent (each its own kernel, environment and folder), so the second core runs
-    the next one. English with the reference, Spanish with the stubs, the longest first. Each test
-    waits for its own notebook only. Returns the futures by file name."""
-    jobs = [(p, reference_graded) for p in ENGLISH] + [(spanish(p), stubs_graded) for p in ENGLISH]
+def submit(config: pytest.Config) -> dict:
+    """Every notebook, on the suite's second lane (tests/background.py; a kernel computes on one thread,
+    so the other core works meanwhile): English with the reference, Spanish with the stubs, the longest
+    first. Each waits for its whole grading (tests/grading.py, started before it on the same lane)."""
+    gradings = grading.submit(config)
+    jobs = [(p, gradings["reference"]) for p in ENGLISH] + [(spanish(p), gradings["stubs"]) for p in ENGLISH]
     jobs.sort(key=lambda job: -SECONDS.get(job[0].name, 5))
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook")
-    futures = {
-        path.name: pool.submit(execute, path, graded, tmp_path_factory.mktemp(path.stem.replace(".", "-")))
-        for path, graded in jobs
-    }
-    yield futures
-    for future in futures.values():
-        future.cancel()
-    pool.shutdown(wait=True)
+    lane = background.lane(config)
+
+    def job(path: Path, graded: Future):
+        return lambda folder: execute(path, graded.result(timeout=limit(280)), folder)
+
+    return {path.name: lane.submit(f"notebook {path.name}", job(path, graded)) for path, graded in jobs}
+
+
+@pytest.fixture(scope="session")
+def executed(request):
+    """The futures of the executed notebooks (``submit``), by file name; each test waits for its own."""
+    return submit(request.config)
 
 
 def run(path: Path, executed) -> nbformat.NotebookNode:
