@@ -87,9 +87,9 @@ def section(page: str, heading_id: str) -> str:
     return "\n".join(body)
 
 
-def map_links(path: str) -> list[str]:
-    """The course pages of a file's course map (the table under the heading that says "course map"
-    or "mapa del curso"), row by row, left to right."""
+def map_rows(path: str) -> str:
+    """The table rows of a file's course map (the table under the heading that says "course map" or
+    "mapa del curso")."""
     lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
     start = next(
         (i for i, line in enumerate(lines) if re.match(r"^## .*(course map|mapa del curso)", line, re.I)), None
@@ -101,20 +101,17 @@ def map_links(path: str) -> list[str]:
             break
         if line.startswith("|"):
             rows.append(line)
-    return course_links("\n".join(rows), path)
+    return "\n".join(rows)
+
+
+def map_links(path: str) -> list[str]:
+    """The course pages of a file's course map, row by row, left to right."""
+    return course_links(map_rows(path), path)
 
 
 def map_targets(path: str) -> list[str]:
     """The link targets of a file's course map, row by row, anchors kept: ``theory/02-x.md#hsdp``."""
-    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if re.match(r"^## .*(course map|mapa del curso)", line, re.I))
-    rows = []
-    for line in lines[start + 1 :]:
-        if line.startswith("#"):
-            break
-        if line.startswith("|"):
-            rows.append(line)
-    return [t for t in LINK.findall("\n".join(rows)) if COURSE_PAGE.search(t.split("#")[0].replace(".es.md", ".md"))]
+    return [t for t in LINK.findall(map_rows(path)) if COURSE_PAGE.search(t.split("#")[0].replace(".es.md", ".md"))]
 
 
 @cache

@@ -515,7 +515,6 @@ def plot_timelines(path: Path, lang: str) -> None:
     """The measured GPipe and 1F1B steps of the committed runs (2 and 4 stages, m = 8): every
     stage's forwards and backwards on the wall clock, from the median step's timestamps."""
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     fig = Figure(figsize=(10.0, 5.6))
     axes = fig.subplots(
@@ -545,6 +544,16 @@ def plot_timelines(path: Path, lang: str) -> None:
             ),
             fontsize=8,
         )
+    kinds_legend(fig, lang)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
+
+
+def kinds_legend(fig, lang: str) -> None:
+    """The two colours of a timeline (forward, backward), under the figure."""
+    from matplotlib.patches import Patch
+
     fig.legend(
         handles=[
             Patch(
@@ -561,16 +570,12 @@ def plot_timelines(path: Path, lang: str) -> None:
         fontsize=8,
         bbox_to_anchor=(0.5, -0.02),
     )
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08, metadata={"Software": None})
 
 
 def schedule_figure(played: dict[str, list], lang: str):
     """The notebook's chart: ``{name: ops as check_schedule plays them}`` (a forward one unit of its
     clock, a backward two), one panel per schedule, drawn like the page's measured timelines."""
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     fig = Figure(
         figsize=(9.0, 1.2 + 1.3 * len(played) * max(1 + max(op.stage for op in ops) for ops in played.values()) / 4)
@@ -590,22 +595,7 @@ def schedule_figure(played: dict[str, list], lang: str):
         ),
         fontsize=8,
     )
-    fig.legend(
-        handles=[
-            Patch(
-                color=KIND_COLORS["F"],
-                label=tr(lang, "forward of micro-batch i", "pasada hacia delante del microlote i"),
-            ),
-            Patch(
-                color=KIND_COLORS["B"],
-                label=tr(lang, "backward of micro-batch i", "pasada hacia atrás del microlote i"),
-            ),
-        ],
-        loc="lower center",
-        ncol=2,
-        fontsize=8,
-        bbox_to_anchor=(0.5, -0.02),
-    )
+    kinds_legend(fig, lang)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
