@@ -3,6 +3,7 @@ and every English page has a Spanish twin with the same structure."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -175,3 +176,29 @@ def test_a_lab_page_teaches_before_it_proves(page):
         f"{page.name}: {found} words before the proofs (at most {BEFORE_PROOFS_WORDS[lang]}): move what no "
         "exercise needs after the proofs"
     )
+
+
+# the measured times of every lab's default check (python -m minigpt.runners.checks times: make check-times)
+CHECK_PAGES = {
+    "01": "01-ddp-from-scratch",
+    "02": "02-zero-simulator",
+    "04": "04-fsdp-from-scratch",
+    "05": "05-tensor-and-context-parallel",
+    "06": "06-pipelines-and-meshes",
+}
+
+
+@pytest.mark.parametrize("lab", list(CHECK_PAGES))
+def test_each_lab_page_shows_its_checks_measured_times(lab):
+    """Each lab with a default check shows, in both languages, the measured times of its checks, from
+    the committed benchmark (every check of the runner's list that belongs to the lab, every run passed)."""
+    from minigpt.runners.checks import CHECKS
+
+    result = json.loads((ROOT / "lab" / "results" / "checks-times-cpu.json").read_text(encoding="utf-8"))
+    rows = [r for r in result["rows"] if r["lab"] == lab]
+    assert len(rows) == sum(1 for check in CHECKS if check[0] == lab), f"Lab {lab}: {rows}"
+    assert all(run["exit"] == 0 for r in rows for run in r["runs"]), f"Lab {lab}: a timed check failed: {rows}"
+    for lang, suffix in (("en", ".md"), ("es", ".es.md")):
+        page = (ROOT / "lab" / f"{CHECK_PAGES[lab]}{suffix}").read_text(encoding="utf-8")
+        source = f"lab/results/checks-times-cpu-{lang}.txt:{lab}"
+        assert f"<!-- generated from {source} by" in page, f"{CHECK_PAGES[lab]}{suffix} does not show {source}"
