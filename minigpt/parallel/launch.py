@@ -252,11 +252,7 @@ def peers_answering(ctx: DistContext, wait_s: float) -> set[int] | None:
         return None
 
 
-def failed_peers(ctx: DistContext, ask_store_s: float = 0.0) -> dict[int, str]:
-    """The peers that failed, as ``{rank: "died" | "is frozen" | "stopped answering"}``: the
-    processes on this machine are looked at directly; with ``ask_store_s`` > 0 the peers on other
-    machines that do not say "alive" through the store within that time are added too."""
-    here = socket.gethostname()
+def _local_failures(ctx: DistContext, here: str) -> dict[int, str]:
     failed = {}
     for rank, (host, pid) in enumerate(_PEERS):
         if rank == ctx.rank or host != here:
@@ -266,6 +262,24 @@ def failed_peers(ctx: DistContext, ask_store_s: float = 0.0) -> dict[int, str]:
             failed[rank] = "died"
         elif state == "stopped":
             failed[rank] = "is frozen (its process is stopped)"
+    return failed
+
+
+def failed_peers(ctx: DistContext, ask_store_s: float = 0.0, settle_s: float = 0.0) -> dict[int, str]:
+    """The peers that failed, as ``{rank: "died" | "is frozen" | "stopped answering"}``: the
+    processes on this machine are looked at directly; with ``ask_store_s`` > 0 the peers on other
+    machines that do not say "alive" through the store within that time are added too.
+
+    A killed process closes its sockets before the kernel marks it a zombie, so a survivor can see
+    the connection reset while /proc still says the peer runs: with ``settle_s`` > 0 the processes
+    on this machine are looked at again for up to that long, until one of them shows its end."""
+    here = socket.gethostname()
+    failed = _local_failures(ctx, here)
+    deadline = time.monotonic() + settle_s
+    local = any(host == here for rank, (host, _) in enumerate(_PEERS) if rank != ctx.rank)
+    while local and not failed and time.monotonic() < deadline:
+        time.sleep(0.05)
+        failed = _local_failures(ctx, here)
     remote = [r for r, (host, _) in enumerate(_PEERS) if host != here]
     if remote and ask_store_s > 0:
         alive = peers_answering(ctx, ask_store_s)
@@ -346,7 +360,7 @@ def collective_failure_line(
     it found (``{rank: why}``, empty when none can be told: a peer alive but not answering)."""
     text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", " ".join(str(exc).split()))  # gloo's source location
     error = f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
-    failed = failed_peers(ctx, ask_store_s=2.0) if ctx is not None else {}
+    failed = failed_peers(ctx, ask_store_s=2.0, settle_s=1.0) if ctx is not None else {}
     rank = "?" if ctx is None else ctx.rank
     if failed:
         line = f"[rank {rank}] error: {_describe(failed)}; a collective failed ({error}); rank {rank} stops too"
