@@ -50,6 +50,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -381,22 +382,63 @@ def score(
     ``model`` is a :class:`minigpt.model.MiniGPT` (or anything with its ``forward`` and
     ``generate``). Returns ``{"loss", "accuracy", "correct", "total"}``.
     """
+    return combine_scores(batch_scores(model, split, max_sentences, batch_size, block_size))
+
+
+def score_batches(n_sentences: int, batch_size: int = 500) -> int:
+    """How many batches :func:`score` cuts ``n_sentences`` into."""
+    return -(-n_sentences // batch_size)
+
+
+def scored_sentences(split: str, max_sentences: int | None, block_size: int = 32) -> int:
+    n = len(tokenized(split, block_size)[0])
+    return n if max_sentences is None else min(max_sentences, n)
+
+
+@torch.no_grad()
+def batch_scores(
+    model,
+    split: str = "test",
+    max_sentences: int | None = None,
+    batch_size: int = 500,
+    block_size: int = 32,
+    mine: Callable[[int], bool] = lambda batch: True,
+) -> torch.Tensor:
+    """The scorer's work batch by batch: a float64 tensor of one row per batch, ``(loss x rows,
+    correct, rows)``, zeros for a batch that ``mine(batch)`` leaves to another rank. The batches
+    are the same whoever scores them, so a sum over ranks that split them is the one process's
+    score, bit for bit (:func:`combine_scores`)."""
     rows_all, sep_all = tokenized(split, block_size)
-    n = len(rows_all) if max_sentences is None else min(max_sentences, len(rows_all))
+    n = scored_sentences(split, max_sentences, block_size)
+    found = torch.zeros(score_batches(n, batch_size), 3, dtype=torch.float64)
     was_training = model.training
     model.eval()
-    loss_sum, correct = 0.0, 0
-    for start in range(0, n, batch_size):
+    for b, start in enumerate(range(0, n, batch_size)):
+        if not mine(b):
+            continue
         rows = torch.from_numpy(rows_all[start : start + batch_size][: n - start])
         sep_at = torch.from_numpy(sep_all[start : start + batch_size][: n - start])
         x, y = rows[:, :-1], rows[:, 1:]
         mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
         _, loss = model(x, y, mask)
-        loss_sum += float(loss) * len(rows)
         prompts = [row[: s + 1].tolist() for row, s in zip(rows, sep_at.tolist())]
         outputs = model.generate(prompts, eos_id=EOS_ID)
+        correct = 0
         for row, s, out in zip(rows.tolist(), sep_at.tolist(), outputs):
             target = row[s + 1 : row.index(EOS_ID, s) + 1]
             correct += out == target
+        found[b] = torch.tensor([float(loss) * len(rows), correct, len(rows)], dtype=torch.float64)
     model.train(was_training)
+    return found
+
+
+def combine_scores(found: torch.Tensor) -> dict:
+    """:func:`score`'s result from :func:`batch_scores`'s rows (summed in batch order)."""
+    loss_sum, correct, n = 0.0, 0, 0
+    for loss_rows, right, rows in found.tolist():
+        loss_sum += loss_rows
+        correct += int(right)
+        n += int(rows)
+    if n == 0:
+        raise ValueError("no sentence was scored: every batch was left to another rank")
     return {"loss": loss_sum / n, "accuracy": correct / n, "correct": correct, "total": n}

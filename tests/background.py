@@ -15,10 +15,13 @@ the same future every time.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +30,16 @@ import pytest
 
 KEY = pytest.StashKey["Lane"]()
 # the fixtures whose results come from this lane: their tests run last (conftest.py)
-FIXTURES = {"reference_graded", "stubs_graded", "graded", "executed"}
+# session launches that run on this lane too, by fixture: the function that submits each (conftest.py
+# submits them in this order, after the gradings and the notebooks)
+LAUNCHES = {
+    "lab03_variants": "tests.test_lab03_run:submit",
+    "lab03_practice": "tests.test_lab03_practice:submit",
+    "lab03_drill": "tests.test_checkpoints:submit_drill",
+    "kernel_set_runs": "tests.test_kernel_sets:submit",
+}
+FIXTURES = {"reference_graded", "stubs_graded", "graded", "executed", *LAUNCHES}
+LOG_VARIABLE = "MINIGPT_LANE_LOG"  # a file: each run's start and end, seconds from the lane's start (JSON)
 
 
 class Lane:
@@ -36,6 +48,8 @@ class Lane:
         self.futures: dict[str, Future] = {}
         self.root = Path(tempfile.mkdtemp(prefix="minigpt-lane-"))
         self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.timeline: dict[str, list[float]] = {}  # run -> [start, end], seconds from the lane's start
 
     def submit(self, name: str, fn: Callable[[Path], object]) -> Future:
         """The run ``name``: ``fn(folder)`` on the lane, started once, with a fresh folder of its own."""
@@ -43,14 +57,23 @@ class Lane:
             if name not in self.futures:
                 folder = self.root / re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
                 folder.mkdir(parents=True)
-                self.futures[name] = self.pool.submit(fn, folder)
+                self.futures[name] = self.pool.submit(self._timed, name, fn, folder)
             return self.futures[name]
+
+    def _timed(self, name: str, fn: Callable[[Path], object], folder: Path) -> object:
+        self.timeline[name] = [round(time.monotonic() - self.started, 1)]
+        try:
+            return fn(folder)
+        finally:
+            self.timeline[name].append(round(time.monotonic() - self.started, 1))
 
     def close(self) -> None:
         for future in self.futures.values():
             future.cancel()
         self.pool.shutdown(wait=True)
         shutil.rmtree(self.root, ignore_errors=True)
+        if os.environ.get(LOG_VARIABLE):
+            Path(os.environ[LOG_VARIABLE]).write_text(json.dumps(self.timeline, indent=1))
 
 
 def lane(config: pytest.Config) -> Lane:

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -86,7 +87,16 @@ SLOW_MODULES = {
 }
 # tests that time something: run after the second lane's (tests/background.py)
 TIMED = {"test_one_distributed_exercise_is_graded_in_seconds"}
-SLOW_FIXTURES = {"ranks", "zero1", "fsdp_scratch", "tp_scratch", "pipeline_scratch", "more_ranks", "default_run"}
+SLOW_FIXTURES = {
+    "ranks",
+    "zero1",
+    "fsdp_scratch",
+    "tp_scratch",
+    "pipeline_scratch",
+    "more_ranks",
+    "default_run",
+    *background.LAUNCHES,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -99,6 +109,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the tests that read the second lane's runs last (tests/background.py: their runs go on meanwhile),
     # and after them a test that times something, once the lane is quiet
     lane = [item for item in items if background.FIXTURES & set(getattr(item, "fixturenames", ()))]
+    # the README's default run trains in the background from collection on (start_default_run): its
+    # readers go late too, with the lane's, so that no test waits for it while others could run
+    lane = [item for item in items if "default_run" in getattr(item, "fixturenames", ()) and item not in lane] + lane
     if lane:
         timed = [item for item in items if getattr(item, "originalname", item.name) in TIMED]
         last = {id(item) for item in lane + timed}
@@ -384,6 +397,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from tests import test_notebooks
 
         test_notebooks.submit(session.config)
+    for fixture, where in background.LAUNCHES.items():  # two ranks each, beside the first lane's last files
+        if fixture in used:
+            module, function = where.split(":")
+            getattr(importlib.import_module(module), function)(session.config)
 
 
 def start_default_run(config: pytest.Config) -> None:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ import torch
 
 from minigpt import checkpoints, train, tutor
 from minigpt.runners import lab03_fsdp_practice as lab03
+from tests import background
 from tests.launcher import ROOT, start_ranks
 from tests.limits import HINT, limit
 
@@ -355,11 +357,10 @@ def load_here(out_dir: Path, monkeypatch, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def lab03_drill(tmp_path_factory) -> dict:
+def drill(tmp: Path) -> dict:
     """A good save; a save whose rank 1 dies after writing its shard (what is on disk then is
-    recorded); the next run into the same --out-dir. Three 2-rank launches."""
-    tmp = tmp_path_factory.mktemp("lab03-drill")
+    recorded); the next run into the same --out-dir. Three 2-rank launches, on the suite's second
+    lane (tests/background.py): the tests that read them run at the end of the session."""
     out_dir = tmp / "checkpoints"
     script, fault = str(ROOT / "lab" / "03_fsdp_practice.py"), str(ROOT / "tests" / "checkpoint_fault.py")
     facts = {"out_dir": out_dir}
@@ -382,6 +383,15 @@ def lab03_drill(tmp_path_factory) -> dict:
     facts["again_stderr"] = again[0].stderr[-2000:]
     facts["again_leftovers"] = checkpoints.leftovers(out_dir)
     return facts
+
+
+def submit_drill(config: pytest.Config) -> Future:
+    return background.lane(config).submit("lab03 checkpoint drill", drill)
+
+
+@pytest.fixture(scope="module")
+def lab03_drill(request) -> dict:
+    return submit_drill(request.config).result(timeout=limit(600))
 
 
 @pytest.mark.timeout(600)

@@ -140,14 +140,14 @@ def graded_run(spec: tuple, tmp: Path) -> grader.Report:
 
 
 def submit(config: pytest.Config) -> dict:
-    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``ONE_RULE_EACH``, on the suite's second lane
+    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``RULES``, on the suite's second lane
     (tests/background.py), in the order the tests read them."""
     last = ("time_limit", "could_not_connect", "spanish")
     runs = {name: spec for name, spec in RUNS.items() if name not in last}
     for folder, (exercise, _, _) in NAMED_CAUSES.items():
         runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": exercise}, {})
-    for exercise in ONE_RULE_EACH:
-        runs[f"rule {exercise}"] = (PITFALLS / "one_rule_each", {"exercise": exercise}, {})
+    for folder, exercise in RULES:
+        runs[f"rule {folder} {exercise}"] = (PITFALLS / folder, {"exercise": exercise}, {})
     runs.update({name: RUNS[name] for name in last})
     lane = background.lane(config)
     return {name: lane.submit(f"grader {name}", functools.partial(graded_run, spec)) for name, spec in runs.items()}
@@ -499,13 +499,37 @@ ONE_RULE_EACH = {
 }
 
 
-@pytest.mark.parametrize("exercise", list(ONE_RULE_EACH))
-def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, exercise):
-    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/, one mistake per
-    exercise; the others' rules are in tests/pitfalls/ and its one-mistake folders): the tests of that
-    rule fail, and only they."""
-    report = report_of(graded, f"rule {exercise}")
-    assert lost(report) == ONE_RULE_EACH[exercise], report.text
+# tests/pitfalls/second_rule_each/: another stated rule broken per exercise (the refusals and edge cases
+# of the stubs' contracts), graded the same way
+SECOND_RULE_EACH = {
+    "0.2": {  # a sentence with nothing to learn from divides 0 by 0: every 0.2 test has one, and gets nan
+        "test_masked_loss_value": 2,
+        "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
+        "test_masked_loss_is_the_mean_of_equal_slices": 1,
+    },
+    "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # a rank outside 0..N-1 not refused
+    "0.4": {"test_lr_schedule": 2},  # the cosine ends at 0, not at min_lr
+    "2.1": {"test_memory_rejects_bad_input": 1},  # the weights offloaded below stage 3
+    "2.3": {"test_hsdp_traffic_inside_and_across": 2},  # stage 0 given replicas, not refused
+    "3.1": {"test_event_order_rejects_bad_input": 1},  # an unknown variant: a KeyError
+    "3.2": {"test_global_norm_rejects_bad_input": 1},  # norm_type <= 0 not refused
+    "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
+    "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
+    "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # a degree of 2.5 taken
+}
+RULES = {
+    **{("one_rule_each", exercise): lost for exercise, lost in ONE_RULE_EACH.items()},
+    **{("second_rule_each", exercise): lost for exercise, lost in SECOND_RULE_EACH.items()},
+}
+
+
+@pytest.mark.parametrize("folder, exercise", list(RULES), ids=[f"{f}-{e}" for f, e in RULES])
+def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, exercise):
+    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ and
+    second_rule_each/, one mistake per exercise in each; the others' rules are in tests/pitfalls/ and
+    its one-mistake folders): the tests of that rule fail, and only they."""
+    report = report_of(graded, f"rule {folder} {exercise}")
+    assert lost(report) == RULES[folder, exercise], report.text
     assert all(r.kind == "failed" for r in report.results if not r.passed), report.text
 
 

@@ -120,3 +120,46 @@ def test_batches_depend_only_on_step_and_seed():
     n = len(grammar.tokenized("train")[0])
     epoch = {int(i) for s in range(n // 64) for i in grammar.batch_rows("train", s, 64)}
     assert len(epoch) == (n // 64) * 64, "no sentence repeats within an epoch"
+
+
+class _Tutor:
+    """A stand-in for a trained model: right on the sentences whose prompt length is even, a loss
+    that depends on each batch's tokens (so a batch scored twice or missed changes the sum)."""
+
+    training = False
+
+    def __init__(self):
+        rows, seps = grammar.tokenized("test", 32)
+        self.targets = {}
+        for row, s in zip(rows.tolist(), seps.tolist()):
+            self.targets[tuple(row[: s + 1])] = row[s + 1 : row.index(grammar.EOS_ID, s) + 1]
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def __call__(self, x, y, mask):
+        return None, (x.double() * mask).sum() / (1 + mask.sum()) / 1000
+
+    def generate(self, prompts, eos_id):
+        return [self.targets[tuple(p)] if len(p) % 2 == 0 else [eos_id] for p in prompts]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_the_scorers_batches_dealt_over_ranks_add_up_to_one_processs_score(world_size):
+    """entry.tutor_score deals the scorer's batches out over the ranks and adds them up: the sum of
+    every rank's rows must be one process's score, bit for bit (loss, correct, total)."""
+    tutor, n, size = _Tutor(), 1100, 250  # 5 batches, the last one short
+    whole = grammar.score(tutor, "test", max_sentences=n, batch_size=size)
+    parts = [
+        grammar.batch_scores(tutor, "test", n, size, mine=lambda b, r=r: b % world_size == r) for r in range(world_size)
+    ]
+    assert all(p.shape == (5, 3) for p in parts)
+    assert all(int((p[:, 2] > 0).sum()) == len(range(r, 5, world_size)) for r, p in enumerate(parts))
+    added = grammar.combine_scores(sum(parts))
+    assert added == whole, (added, whole)
+    assert whole["total"] == n and 0 < whole["correct"] < n
+    with pytest.raises(ValueError, match="no sentence was scored"):
+        grammar.combine_scores(torch.zeros(5, 3, dtype=torch.float64))

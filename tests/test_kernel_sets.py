@@ -3,17 +3,22 @@ set this machine supports (ATen, MKL and oneDNN held together at AVX-512, at AVX
 baseline), so that a number that depends on the CPU is caught here, not by a learner.
 
 One two-rank launch per kernel set (tests/rulers_worker.py): a few steps of each lab's rulers, each
-criterion held with a margin. The labs' whole default checks under the three kernel sets are the
+criterion held with a margin. The launches run on the suite's second lane (tests/background.py),
+after its gradings and notebooks, and the test reads them at the end of the session. The labs' whole default checks under the three kernel sets are the
 maintainers' ``make kernel-sets`` (their table is on each lab page); Lab 01's 450-step runs are
 ``python lab/01_kernel_sets.py``, tied to the Lab 01 page by tests/test_lab01_page.py.
 """
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import pytest
 
 from minigpt.parallel import proof
 from minigpt.runners import lab01_kernel_sets as kernel_sets
+from tests import background
 from tests.launcher import ROOT, run_ranks
 from tests.limits import limit
 
@@ -30,17 +35,33 @@ MODEL_PARALLEL = {"05 TP", "05 TP + SP", "05 CP"}
 MARGIN = 4  # every measured value at least 4 x below its criterion, on every kernel set
 
 
-@pytest.mark.timeout(900)
-def test_every_labs_rulers_hold_with_margin_under_every_kernel_set(tmp_path):
+def supported_sets() -> list[str]:
     native = kernel_sets.native_capability()
+    return [name for name in kernel_sets.KERNEL_SETS if kernel_sets.supported(name, native)]
+
+
+def launch_set(name: str, folder: Path) -> tuple[list[dict], list[str]]:
+    """One two-rank launch of tests/rulers_worker.py under kernel set ``name``."""
+    env = {k: v for k, v in kernel_sets.environment(name).items() if k in kernel_sets.KERNEL_SETS[name]}
+    return run_ranks(ROOT / "tests" / "rulers_worker.py", 2, folder, timeout_s=limit(300), extra_env=env)
+
+
+def submit(config: pytest.Config) -> dict:
+    """One launch per kernel set this CPU supports, on the suite's second lane."""
+    lane = background.lane(config)
+    return {name: lane.submit(f"kernel set {name}", functools.partial(launch_set, name)) for name in supported_sets()}
+
+
+@pytest.fixture(scope="module")
+def kernel_set_runs(request) -> dict:
+    return submit(request.config)
+
+
+@pytest.mark.timeout(900)
+def test_every_labs_rulers_hold_with_margin_under_every_kernel_set(kernel_set_runs):
     ran = []
-    for name in kernel_sets.KERNEL_SETS:
-        if not kernel_sets.supported(name, native):
-            continue
-        env = {k: v for k, v in kernel_sets.environment(name).items() if k in kernel_sets.KERNEL_SETS[name]}
-        results, errors = run_ranks(
-            ROOT / "tests" / "rulers_worker.py", 2, tmp_path / name, timeout_s=limit(300), extra_env=env
-        )
+    for name, future in kernel_set_runs.items():
+        results, errors = future.result(timeout=limit(600))
         for lab in LABS:
             found = results[0].get(lab)
             assert found, f"{name}, {lab}: no result; rank 0 said:\n{errors[0][-2000:]}\nrank 1:\n{errors[1][-2000:]}"
@@ -58,4 +79,4 @@ def test_every_labs_rulers_hold_with_margin_under_every_kernel_set(tmp_path):
                 assert MARGIN * found["fp32_max_step_drift"] <= proof.FP32_DRIFT_BOUND, (name, lab, found)
         ran.append(name)
     assert "baseline" in ran, "every CPU runs the baseline kernel set"
-    assert ran == [n for n in kernel_sets.KERNEL_SETS if kernel_sets.supported(n, native)]
+    assert ran == [n for n in kernel_sets.KERNEL_SETS if kernel_sets.supported(n, kernel_sets.native_capability())]

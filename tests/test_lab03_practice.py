@@ -1,4 +1,4 @@
-"""Machinery tests (no points) of Lab 03's "FSDP in practice": lab/03_fsdp_practice.py as launched.
+"""Machinery tests (no points) of Lab 03's "FSDP in practice": lab/03_fsdp_practice.py as lab03_practice.
 
 One 2-rank launch of the lab script (started the way torchrun starts it, without torchrun's
 agent) runs all eight demonstrations with 2 steps; its rank 0 starts the world-1 reload itself.
@@ -20,6 +20,8 @@ import json
 import math
 import subprocess
 import sys
+from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +32,7 @@ from minigpt.fsdp.sharded_state import global_grad_norm_from_shards, local_norm_
 from minigpt.model import MiniGPT
 from minigpt.parallel.equivalence import TOLERANCE, probe_batch
 from minigpt.train import TrainConfig
+from tests import background
 from tests.launcher import ROOT, start_ranks
 from tests.limits import limit
 
@@ -56,9 +59,9 @@ def run_lab(args: list[str], world_size: int, timeout_s: float | None = None) ->
     return start_ranks([str(SCRIPT), *args], world_size, limit(240) if timeout_s is None else timeout_s)
 
 
-@pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("lab03-practice")
+def run_practice(tmp: Path) -> dict:
+    """One 2-rank run of every demonstration: on the suite's second lane (tests/background.py), from
+    collection on; the tests that read it run last."""
     report, out_dir = tmp / "report.json", tmp / "checkpoints"
     ranks = run_lab(
         ["--steps", str(STEPS), "--batch-size", str(BATCH), "--report", str(report), "--out-dir", str(out_dir)], WORLD
@@ -66,6 +69,15 @@ def launched(tmp_path_factory) -> dict:
     for rank, r in enumerate(ranks):
         assert r.returncode == 0, f"rank {rank} exited {r.returncode}:\n{r.stderr[-3000:]}"
     return {"report": json.loads(report.read_text()), "out_dir": out_dir, "stdout": ranks[0].stdout}
+
+
+def submit(config: pytest.Config) -> Future:
+    return background.lane(config).submit("lab03 practice", run_practice)
+
+
+@pytest.fixture(scope="module")
+def lab03_practice(request) -> dict:
+    return submit(request.config).result(timeout=limit(600))
 
 
 @pytest.fixture(scope="module")
@@ -100,22 +112,22 @@ def expected_units(model: MiniGPT, policy: str) -> list[tuple[str, list[nn.Param
 # the launch as a whole
 
 
-def test_every_demonstration_reported_and_printed(launched):
-    report, stdout = launched["report"], launched["stdout"]
+def test_every_demonstration_reported_and_printed(lab03_practice):
+    report, stdout = lab03_practice["report"], lab03_practice["stdout"]
     assert report["meta"]["world_size"] == WORLD and report["meta"]["steps"] == STEPS
     assert report["meta"]["batch_size"] == BATCH
     for name in DEMOS:
         assert name in report, name
         assert f"## {name} (" in stdout, f"rank 0 printed no table for {name}"
-    assert f"--load-resharded {launched['out_dir']}" in stdout  # the world-1 command is shown
+    assert f"--load-resharded {lab03_practice['out_dir']}" in stdout  # the world-1 command is shown
 
 
 # ----------------------------------------------------------------------------------------------
 # sharded checkpoint: saved at world size 2, read at world size 1
 
 
-def test_resharding_gives_identical_logits_and_state(launched, model):
-    load = launched["report"]["checkpoint"]["load"]
+def test_resharding_gives_identical_logits_and_state(lab03_practice, model):
+    load = lab03_practice["report"]["checkpoint"]["load"]
     assert load["world_size"] == 1
     assert load["max_logit_difference"] == 0.0
     assert load["max_weight_difference"] == 0.0
@@ -124,9 +136,9 @@ def test_resharding_gives_identical_logits_and_state(launched, model):
     assert load["full_stores_tied_twice"] is True  # torch.save of the gathered copies: two storages
 
 
-def test_full_state_dict_reproduces_the_saved_logits_here(launched):
+def test_full_state_dict_reproduces_the_saved_logits_here(lab03_practice):
     """An independent reader: this process loads full.pt into a plain MiniGPT."""
-    out = launched["out_dir"]
+    out = lab03_practice["out_dir"]
     full = torch.load(out / "full.pt", weights_only=False)
     torch.manual_seed(123)
     plain = MiniGPT(TrainConfig().model_config())
@@ -141,8 +153,8 @@ def test_full_state_dict_reproduces_the_saved_logits_here(launched):
     assert torch.equal(logits, torch.load(out / "probe-logits.pt"))
 
 
-def test_checkpoint_files_on_disk(launched, model):
-    out, save = launched["out_dir"], launched["report"]["checkpoint"]["save"]
+def test_checkpoint_files_on_disk(lab03_practice, model):
+    out, save = lab03_practice["out_dir"], lab03_practice["report"]["checkpoint"]["save"]
     sharded = sorted(p.name for p in (out / "sharded").iterdir())
     assert sharded == [".metadata"] + [f"__{rank}_0.distcp" for rank in range(WORLD)]  # one file per rank
     on_disk = {f"sharded/{p.name}": p.stat().st_size for p in (out / "sharded").iterdir()}
@@ -165,10 +177,10 @@ def test_checkpoint_files_on_disk(launched, model):
     assert peaks[0]["full"] > three_copies > 10 * peaks[0]["sharded"]
 
 
-def test_consolidated_export_loads_into_a_plain_model(launched, model):
+def test_consolidated_export_loads_into_a_plain_model(lab03_practice, model):
     """dcp_to_torch_save's one file: the saving run's logits, and (read here) the same tensors as
     the full state dict rank 0 gathered at save."""
-    r, out = launched["report"]["export"], launched["out_dir"]
+    r, out = lab03_practice["report"]["export"], lab03_practice["out_dir"]
     assert r["identical_logits"] is True and r["max_logit_difference"] == 0.0
     assert r["top_level"] == ["model", "optimizer"] and r["model_tensors"] == len(model.state_dict())
     assert r["bytes"] == (out / "consolidated.pt").stat().st_size
@@ -183,8 +195,8 @@ def test_consolidated_export_loads_into_a_plain_model(launched, model):
 
 
 @pytest.mark.parametrize("mode", ["fsdp_first", "broadcast_from_rank0"])
-def test_loading_never_holds_the_whole_model(launched, model, mode):
-    r = launched["report"]["loading"][mode]
+def test_loading_never_holds_the_whole_model(lab03_practice, model, mode):
+    r = lab03_practice["report"]["loading"][mode]
     full_bytes = 4 * model.num_params()  # the tied matrix once: torch.save keeps one storage
     assert r["full_bytes"] == full_bytes and r["tensors"] == len(model.state_dict())
     assert r["max_difference"] == 0.0  # the shards, gathered, are the checkpoint exactly
@@ -206,8 +218,8 @@ def test_loading_never_holds_the_whole_model(launched, model, mode):
 # a collective save that one rank never joins
 
 
-def test_failed_save_ends_at_the_timeout_in_one_line_naming_the_rank(launched):
-    r = launched["report"]["failed-save"]
+def test_failed_save_ends_at_the_timeout_in_one_line_naming_the_rank(lab03_practice):
+    r = lab03_practice["report"]["failed-save"]
     failing, waiting = r["ranks"][r["failing_rank"]], r["ranks"][0]
     assert r["failing_rank"] == 1 and failing["what"] == "raised before the save"
     assert waiting["what"] == "timed out in the save"
@@ -222,8 +234,8 @@ def test_failed_save_ends_at_the_timeout_in_one_line_naming_the_rank(launched):
 # gradient clipping: the local norm against the global norm
 
 
-def test_global_norm_from_local_shards(launched):
-    r = launched["report"]["clipping"]
+def test_global_norm_from_local_shards(lab03_practice):
+    r = lab03_practice["report"]["clipping"]
     local, true = r["local_norms"], r["single_process_norm"]
     assert len(local) == WORLD and all(n < 0.9 * true for n in local), (local, true)
     assert abs(r["global_norm"] - true) <= 1e-6 * true
@@ -233,8 +245,8 @@ def test_global_norm_from_local_shards(launched):
     assert max(r["local_coefficients"]) - min(r["local_coefficients"]) > 0.01  # ranks scale differently
 
 
-def test_clipping_by_the_local_norm_diverges(launched):
-    opts = launched["report"]["clipping"]["optimizers"]
+def test_clipping_by_the_local_norm_diverges(lab03_practice):
+    opts = lab03_practice["report"]["clipping"]["optimizers"]
     sgd, adamw = opts["sgd"]["drift_per_step"], opts["adamw"]["drift_per_step"]
     # SGD: the update is the clipped gradient itself; one step with global clipping is one
     # process's step (after it, both runs diverge slowly, as every trajectory does: Lab 01)
@@ -268,8 +280,8 @@ def test_global_grad_norm_from_shards_rejects_bad_input():
 
 
 @pytest.mark.parametrize("policy", ["whole", "block", "linear"])
-def test_wrap_policy_units_and_collectives(launched, model, policy):
-    r = launched["report"]["wrap"][policy]
+def test_wrap_policy_units_and_collectives(lab03_practice, model, policy):
+    r = lab03_practice["report"]["wrap"][policy]
     units = expected_units(model, policy)
     n = len(units)
     assert r["units"] == [name for name, _ in units]
@@ -288,8 +300,8 @@ def test_wrap_policy_units_and_collectives(launched, model, policy):
     assert census["start"]["parameters"] == census["forward"]["parameters"] == padded_bytes(model.parameters()) // WORLD
 
 
-def test_wrap_policy_memory_and_the_tied_head(launched):
-    wrap = launched["report"]["wrap"]
+def test_wrap_policy_memory_and_the_tied_head(lab03_practice):
+    wrap = lab03_practice["report"]["wrap"]
     one = {p: wrap[p]["one_sentence"]["peak_bytes"] for p in ("whole", "block", "linear")}
     assert one["whole"] > one["block"] > one["linear"], one  # smaller units, less gathered at once
     assert wrap["whole"]["phase_peak_bytes"]["forward"] > wrap["block"]["phase_peak_bytes"]["forward"]
@@ -300,8 +312,8 @@ def test_wrap_policy_memory_and_the_tied_head(launched):
 # mixed precision, activation checkpointing, diagnostics
 
 
-def test_mixed_precision_drift(launched, model):
-    r = launched["report"]["mixed-precision"]
+def test_mixed_precision_drift(lab03_practice, model):
+    r = lab03_practice["report"]["mixed-precision"]
     fp32, f_red, b_red = (r["variants"][k] for k in ("fp32", "bf16 params, fp32 reduce", "bf16 params, bf16 reduce"))
     assert fp32["grad_error"] < 1e-6 and fp32["weight_drift"] <= TOLERANCE
     # bf16 compute makes the gradient ~0.5% wrong; reducing in bf16 adds one more rounding ...
@@ -317,8 +329,8 @@ def test_mixed_precision_drift(launched, model):
     assert not [b for b in model.buffers() if b.is_floating_point()]
 
 
-def test_activation_checkpointing_same_gradients_less_memory(launched):
-    r = launched["report"]["activation-checkpointing"]
+def test_activation_checkpointing_same_gradients_less_memory(lab03_practice):
+    r = lab03_practice["report"]["activation-checkpointing"]
     assert r["max_logit_difference"] == 0.0 and r["max_grad_difference"] == 0.0
     plain, ckpt = r["variants"]["plain"], r["variants"]["checkpointed"]
     # at this batch the checkpointed peak is 0.29x the plain one in forward and 0.52x-0.61x in
@@ -329,8 +341,8 @@ def test_activation_checkpointing_same_gradients_less_memory(launched):
     assert len(plain["step_s"]) == len(ckpt["step_s"]) == STEPS and min(plain["step_s"] + ckpt["step_s"]) > 0
 
 
-def test_diagnostics_report(launched, model):
-    r = launched["report"]["diagnostics"]
+def test_diagnostics_report(lab03_practice, model):
+    r = lab03_practice["report"]["diagnostics"]
     units = expected_units(model, "block")
     names = {id(p): n for n, p in model.named_parameters()}
     assert [u["unit"] for u in r["units"]] == [n for n, _ in units]
@@ -429,9 +441,9 @@ def _lab_module():
     return lab03_practice
 
 
-def test_render_both_languages(launched, tmp_path):
+def test_render_both_languages(lab03_practice, tmp_path):
     path = tmp_path / "report.json"
-    path.write_text(json.dumps(launched["report"]))
+    path.write_text(json.dumps(lab03_practice["report"]))
     written = _lab_module().render(path)
     assert sorted(p.name for p in written) == sorted(
         [f"report-{lang}.txt" for lang in ("en", "es")]

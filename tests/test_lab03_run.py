@@ -14,6 +14,8 @@ import math
 import os
 import subprocess
 import sys
+from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from minigpt.fsdp.variants import VARIANTS, predict_all_gather_order, predict_ev
 from minigpt.model import MiniGPT
 from minigpt.runners.lab03_fsdp_prefetch import main
 from minigpt.train import TrainConfig
+from tests import background
 from tests.launcher import ROOT, free_port, run_ranks
 from tests.limits import limit
 
@@ -38,10 +41,9 @@ BACKWARD_PRE_DEPTH_1 = {
 ASYNC = {"fsdp2-async-unshard", "fsdp2-async-explicit"}
 
 
-@pytest.fixture(scope="module")
-def lab_run(tmp_path_factory) -> dict:
-    """The report of one 2-rank run of every variant, and where its trace files are."""
-    out = tmp_path_factory.mktemp("lab03")
+def run_variants(out: Path) -> dict:
+    """The report of one 2-rank run of every variant, and where its trace files are: on the suite's
+    second lane (tests/background.py), from collection on; the tests that read it run last."""
     report, traces = out / "report.json", out / "traces"
     results, errors = run_ranks(
         ROOT / "tests" / "fsdp_worker.py",
@@ -63,6 +65,15 @@ def lab_run(tmp_path_factory) -> dict:
     for rank, (result, error) in enumerate(zip(results, errors)):
         assert result.get("exit_code") == 0, f"rank {rank}: {result} {error}"
     return {"report": json.loads(report.read_text()), "traces": traces, "json": report}
+
+
+def submit(config: pytest.Config) -> Future:
+    return background.lane(config).submit("lab03 variants", run_variants)
+
+
+@pytest.fixture(scope="module")
+def lab03_variants(request) -> dict:
+    return submit(request.config).result(timeout=limit(600))
 
 
 def units_of_minigpt() -> dict[str, list[tuple[int, ...]]]:
@@ -98,8 +109,8 @@ def time_of(events: list[dict], what: str, unit: str, phase: str | None = None) 
     return found[0]
 
 
-def test_every_variant_ran_and_equals_one_process(lab_run):
-    report = lab_run["report"]
+def test_every_variant_ran_and_equals_one_process(lab03_variants):
+    report = lab03_variants["report"]
     assert report["world_size"] == WORLD and report["steps"] == STEPS and report["passed"] is True
     assert set(report["variants"]) == set(VARIANTS)
     for name, r in report["variants"].items():
@@ -109,10 +120,10 @@ def test_every_variant_ran_and_equals_one_process(lab_run):
         assert r["passed"] is True and math.isfinite(r["final_loss"]), name
 
 
-def test_counts_and_bytes_per_rank_follow_from_the_shard_sizes(lab_run):
+def test_counts_and_bytes_per_rank_follow_from_the_shard_sizes(lab03_variants):
     units = units_of_minigpt()
     blocks = [u for u in units if u != "root"]
-    for name, r in lab_run["report"]["variants"].items():
+    for name, r in lab03_variants["report"]["variants"].items():
         api = VARIANTS[name].api
         size = {u: gathered_numel(api, shapes, WORLD) for u, shapes in units.items()}
         gathered = list(units) + (blocks if VARIANTS[name].reshard_after_forward else [])  # forward, backward
@@ -129,21 +140,21 @@ def test_counts_and_bytes_per_rank_follow_from_the_shard_sizes(lab_run):
             assert r["input_bytes_per_step"][rank]["all-gather"] == FLOAT32 * sum(size[u] for u in gathered) / WORLD
             assert r["input_bytes_per_step"][rank]["reduce-scatter"] == FLOAT32 * sum(size.values())
     # the padding is visible: FSDP2 pads the 609-row embedding to 610 rows on 2 ranks
-    root = lab_run["report"]["variants"]["fsdp2-implicit"]["last_step_events"][0]
+    root = lab03_variants["report"]["variants"]["fsdp2-implicit"]["last_step_events"][0]
     gather = next(e for e in root if e["what"] == "all-gather issued" and e["unit"] == "root")
     assert gather["output_numel"] == sum(math.prod(s) for s in units["root"]) + 96
 
 
-def test_recorded_order_is_the_predicted_order(lab_run):
-    for name, r in lab_run["report"]["variants"].items():
+def test_recorded_order_is_the_predicted_order(lab03_variants):
+    for name, r in lab03_variants["report"]["variants"].items():
         for rank in range(WORLD):
             assert r["all_gather_order"][rank] == predict_all_gather_order(4, name), (name, rank)
             assert r["schedule"][rank] == predict_event_order(4, name), (name, rank)
         assert r["prediction_matches"] is True
 
 
-def test_the_trace_shows_each_prefetch(lab_run):
-    for name, r in lab_run["report"]["variants"].items():
+def test_the_trace_shows_each_prefetch(lab03_variants):
+    for name, r in lab03_variants["report"]["variants"].items():
         for rank in range(WORLD):
             events = events_of(r, rank)
             gathers = [e for e in events if e["what"] == "all-gather issued"]
@@ -173,8 +184,8 @@ def test_the_trace_shows_each_prefetch(lab_run):
             assert bool(prefetched) == (name != "fsdp1-no-prefetch"), (name, prefetched)
 
 
-def test_asynchronous_unshards_are_waited_for_and_blocking_ones_are_exposed_whole(lab_run):
-    for name, r in lab_run["report"]["variants"].items():
+def test_asynchronous_unshards_are_waited_for_and_blocking_ones_are_exposed_whole(lab03_variants):
+    for name, r in lab03_variants["report"]["variants"].items():
         for rank in range(WORLD):
             events = events_of(r, rank)
             gathers = [e for e in events if e["what"] == "all-gather issued"]
@@ -187,18 +198,18 @@ def test_asynchronous_unshards_are_waited_for_and_blocking_ones_are_exposed_whol
             assert 0 <= min(r["exposed_s"][rank]) and r["median_exposed_s"] > 0
 
 
-def test_trace_files_for_every_variant_in_both_languages(lab_run):
+def test_trace_files_for_every_variant_in_both_languages(lab03_variants):
     for name in VARIANTS:
-        log = (lab_run["traces"] / f"{name}-events.txt").read_text()
+        log = (lab03_variants["traces"] / f"{name}-events.txt").read_text()
         assert f"rank 0, step {STEPS - 1}" in log and f"rank 1, step {STEPS - 1}" in log
         assert "all-gather issued" in log and "reduce-scatter issued" in log
         for lang in ("en", "es"):
-            png = lab_run["traces"] / f"{name}-timeline-{lang}.png"
+            png = lab03_variants["traces"] / f"{name}-timeline-{lang}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, png
 
 
-def test_render_writes_the_tables_and_figures_of_a_report(lab_run, tmp_path):
-    report = dict(lab_run["report"])
+def test_render_writes_the_tables_and_figures_of_a_report(lab03_variants, tmp_path):
+    report = dict(lab03_variants["report"])
     report["variants"] = {k: report["variants"][k] for k in ("fsdp2-implicit", "fsdp1-backward-post")}
     path = tmp_path / "03-prefetch-test.json"
     path.write_text(json.dumps(report))

@@ -30,7 +30,7 @@ from dataclasses import fields, replace
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, grammar, impl
+from minigpt import cli, impl
 from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch, proof
 from minigpt.runners import entry
@@ -425,8 +425,8 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
             bar.set_postfix(postfix)
     bar.close()
 
-    # every rank scores the same model (bit-identical), so no rank waits for another
-    accuracy = grammar.score(main_run.model, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
+    # every rank holds the same model (bit-identical): the scorer's batches are dealt out over the ranks
+    accuracy = entry.tutor_score(main_run.model, args, cfg.block_size, ctx)
     m = variants.index(main_variant)
     per_variant = {
         main_variant: {
@@ -458,9 +458,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         "tolerance": equivalence.TOLERANCE,
         "probe": "float64 forward of the float32 weights" if cfg.dtype == "float32" else "float64",
         "full": bool(args.full),
-        "tutor_accuracy": accuracy["accuracy"],
-        "tutor_correct": accuracy["correct"],
-        "tutor_total": accuracy["total"],
+        **accuracy,
         "world_size": ctx.world_size,
         "steps": cfg.steps,
         "optimizer": cfg.optimizer,

@@ -304,10 +304,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     if cfg.dtype == "float32":
         full = build_model(cfg).to(ctx.device)
         full.load_state_dict(ours.full_state_dict(system.model))
-        accuracy = grammar.score(full, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
-        result.update(
-            tutor_accuracy=accuracy["accuracy"], tutor_correct=accuracy["correct"], tutor_total=accuracy["total"]
-        )
+        result.update(entry.tutor_score(full, args, cfg.block_size, ctx))
     return result
 
 

@@ -329,10 +329,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     full = build_model(cfg)
     full.load_state_dict(system.model.full_state_dict())
     if cfg.dtype == "float32":
-        accuracy = grammar.score(full, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
-        result.update(
-            tutor_accuracy=accuracy["accuracy"], tutor_correct=accuracy["correct"], tutor_total=accuracy["total"]
-        )
+        result.update(entry.tutor_score(full, args, cfg.block_size, ctx))
     return result
 
 

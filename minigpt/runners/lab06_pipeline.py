@@ -343,11 +343,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     state = pipe.whole_state()
     full = build_model(cfg)
     full.load_state_dict(state["weights"])
-    if ctx.is_main:  # every rank has the whole model; one scores it
-        accuracy = grammar.score(full, "test", max_sentences=args.test_sentences, block_size=cfg.block_size)
-        result.update(
-            tutor_accuracy=accuracy["accuracy"], tutor_correct=accuracy["correct"], tutor_total=accuracy["total"]
-        )
+    result.update(entry.tutor_score(full, args, cfg.block_size, ctx))  # every rank has the whole model
     return result
 
 
