@@ -49,6 +49,7 @@ class Lane:
         self.root = Path(tempfile.mkdtemp(prefix="minigpt-lane-"))
         self.lock = threading.Lock()
         self.started = time.monotonic()
+        self.environ = dict(os.environ)  # before any test changes it (launcher.environ)
         self.timeline: dict[str, list[float]] = {}  # run -> [start, end], seconds from the lane's start
 
     def submit(self, name: str, fn: Callable[[Path], object]) -> Future:
@@ -61,6 +62,9 @@ class Lane:
             return self.futures[name]
 
     def _timed(self, name: str, fn: Callable[[Path], object], folder: Path) -> object:
+        from tests import launcher
+
+        launcher.LANE.environ = self.environ
         self.timeline[name] = [round(time.monotonic() - self.started, 1)]
         try:
             return fn(folder)

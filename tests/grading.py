@@ -9,14 +9,13 @@ every lab is graded once per implementation in the whole suite.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from minigpt import grader, impl
-from tests import background
+from tests import background, launcher
 from tests.limits import limit
 
 
@@ -43,7 +42,7 @@ class Graded:
     """One whole grading: its report, the exercises folder it graded, and the saved results."""
 
     def __init__(self, folder: Path | None, saved: Path):
-        env = {k: v for k, v in os.environ.items() if k not in (impl.DIR_ENV_VAR, grader.SAVED_VARIABLE)}
+        env = {k: v for k, v in launcher.environ().items() if k not in (impl.DIR_ENV_VAR, grader.SAVED_VARIABLE)}
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: it shares the cores with the rest of the suite
         if folder is not None:
             env[impl.DIR_ENV_VAR] = str(folder)

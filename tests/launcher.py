@@ -9,14 +9,27 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tests.limits import HINT
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# a run on the suite's second lane (tests/background.py) sets ``environ`` here: the session's environment
+# as it was when the lane started, not os.environ, which a test on the first lane changes for its own
+# processes meanwhile (monkeypatch.setenv: a start-up timeout of 3 s, a rank started late)
+LANE = threading.local()
+
+
+def environ() -> Mapping[str, str]:
+    """The environment a process started now inherits: the lane's (see ``LANE``) on the second
+    lane, this process's everywhere else."""
+    return getattr(LANE, "environ", None) or os.environ
 
 
 def record(results: dict[str, dict], out: Path, rank: int, name: str, fn: Callable[[], dict | None]) -> None:
@@ -85,13 +98,13 @@ def start_ranks(
     every rank still running at ``timeout_s`` is killed. Returns each rank's exit code and output."""
     port = free_port()
     procs = []
-    late = os.environ.get(LATE_VARIABLE, "")  # "RANK:SECONDS": start that rank late (a test of start-up)
+    late = environ().get(LATE_VARIABLE, "")  # "RANK:SECONDS": start that rank late (a test of start-up)
     late_rank, _, late_s = late.partition(":")
     for rank in range(world_size):
         if late and rank == int(late_rank):
             time.sleep(float(late_s))
         env = {
-            **os.environ,
+            **environ(),
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
             "WORLD_SIZE": str(world_size),

@@ -35,7 +35,7 @@ import torch
 
 from minigpt import checkpoints, train, tutor
 from minigpt.runners import lab03_fsdp_practice as lab03
-from tests import background
+from tests import background, launcher
 from tests.launcher import ROOT, start_ranks
 from tests.limits import HINT, limit
 
@@ -46,7 +46,7 @@ TINY += ["--warmup", "2", "--steps", "6"]  # runs stop at step 2 or 4: no final 
 def subprocess_env() -> dict:
     """This process's environment for a child that must compute what this process computes: the
     same package, and the same number of threads (another count may pick other float32 kernels)."""
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    return {**launcher.environ(), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads())}
 
 
 def one_error_line(err: str, prog: str) -> str:

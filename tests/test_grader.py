@@ -19,7 +19,6 @@ import ast
 import functools
 import importlib
 import inspect
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from minigpt import grader, impl
-from tests import background
+from tests import background, launcher
 from tests.grading import write_exercises
 from tests.limits import HINT, limit
 from tests.ranks import Launch, explain, scenario
@@ -81,7 +80,7 @@ def environment(folder: Path | None, **extra: str) -> dict[str, str]:
     """This process's environment with the learner's folder ``folder`` (None: lab/exercises/) and ``extra``,
     on one thread per process (these runs share the cores with the rest of the suite: threads that
     spin-wait for each other on a busy core only burn it)."""
-    env = {k: v for k, v in os.environ.items() if k != impl.DIR_ENV_VAR}
+    env = {k: v for k, v in launcher.environ().items() if k != impl.DIR_ENV_VAR}
     env["OMP_NUM_THREADS"] = "1"
     if folder is not None:
         env[impl.DIR_ENV_VAR] = str(folder)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from concurrent.futures import Future
@@ -23,7 +22,7 @@ from minigpt.fsdp.variants import VARIANTS, predict_all_gather_order, predict_ev
 from minigpt.model import MiniGPT
 from minigpt.runners.lab03_fsdp_prefetch import main
 from minigpt.train import TrainConfig
-from tests import background
+from tests import background, launcher
 from tests.launcher import ROOT, free_port, run_ranks
 from tests.limits import limit
 
@@ -229,7 +228,7 @@ def test_bad_input_exits_2_naming_the_value_before_any_process_group(tmp_path):
     """Rank 0 of a world of 2 whose rank 1 never comes: joining the group would wait for it, so
     a quick exit 2 shows the input was refused first."""
     env = {
-        **os.environ,
+        **launcher.environ(),
         "RANK": "0",
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "2",

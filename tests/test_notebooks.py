@@ -23,7 +23,6 @@ The notebooks mark their cells with tags (cell metadata): ``your-turn`` or ``gra
 from __future__ import annotations
 
 import io
-import os
 import re
 import tokenize
 from concurrent.futures import Future
@@ -34,7 +33,7 @@ import pytest
 from nbclient import NotebookClient
 
 from minigpt import grader, hints, impl
-from tests import background, grading
+from tests import background, grading, launcher
 from tests.limits import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +213,7 @@ def test_tables_are_markdown_and_no_run_time_is_guessed(path):
 def environment(graded, tmp_path: Path) -> dict[str, str]:
     """The kernel's environment: the learner's path (``MINIGPT_IMPL=exercises``), with the exercise
     files and the saved grades of ``graded`` (tests/grading.py)."""
-    env = {k: v for k, v in os.environ.items() if k not in (impl.ONLY_ENV_VAR, impl.DIR_ENV_VAR)}
+    env = {k: v for k, v in launcher.environ().items() if k not in (impl.ONLY_ENV_VAR, impl.DIR_ENV_VAR)}
     env[impl.ENV_VAR] = "exercises"
     if graded.folder is not None:
         env[impl.DIR_ENV_VAR] = str(graded.folder)

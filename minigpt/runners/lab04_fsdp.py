@@ -590,19 +590,30 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
     )
     report: dict = {"world_size": ctx.world_size, "implementation": impl.current(), "full": bool(args.full)}
     check = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report)
+    parts: dict[str, float] = {}  # where the check's time goes, seconds per part (rank 0's clock)
+    mark = [time.perf_counter()]
+
+    def took(part: str) -> None:
+        now = time.perf_counter()
+        parts[part] = round(now - mark[0], 2)
+        mark[0] = now
+
     if args.check:
 
         def build(c: TrainConfig) -> FSDPSystem:
             return FSDPSystem(c, ctx, args.clip_norm)
 
         check.first_step(build, cfg, ctx)
+        took("first_step")
         check.float64(build, cfg, ctx, args.fp64_steps)
+        took("float64")
         launch.log(
             ctx,
             f"float64: step drift {report['fp64_max_step_drift']:.1e} over {report['fp64_steps']} steps | first step: "
             f"logits {report['fp32_first_step_logit_diff']:.1e}, gradients {report['fp32_first_step_grad_diff']:.1e}",
         )
     report["training"] = train(cfg, args, ctx, args.check)
+    took("training")
     t = report["training"]
     report.update(
         tutor_accuracy=t["tutor_accuracy"],
@@ -615,17 +626,23 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         if t["step_drift_own_norm"] is not None:
             report["fp32_max_step_drift_twin_own_norm"] = t["step_drift_own_norm"]["max"]
         report["without_clipping"] = without_clipping(cfg, ctx, args.short_steps)
+        took("without_clipping")
         report["norms"] = norm_orders(cfg, ctx)
+        took("norms")
         report["orders"] = orders(cfg, ctx)
+        took("orders")
         report["mixed_precision"] = mixed_precision(cfg, ctx, args.short_steps)
+        took("mixed_precision")
         with tempfile.TemporaryDirectory() as tmp:
             shared = [tmp if ctx.is_main else None]
             dist.broadcast_object_list(shared)
             report["checkpoint"] = checkpoint(cfg, ctx, Path(shared[0]))
             dist.barrier()
+        took("checkpoint")
         rounds = args.rounds if args.rounds is not None else (5 if args.full else 0)
         if rounds:
             report["speed"] = speed(cfg, ctx, rounds, 10)
+            took("speed")
         fsdp2_bytes = report["orders"]["implicit"]["fsdp2_bytes_sent"]
         report.update(
             ranks_bit_identical=t["ranks_bit_identical"],
@@ -642,6 +659,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         report["same_as_pytorch"] = report["pytorch_max_diff"] == 0.0
         report["bit_identical_to_fsdp2"] = report["same_as_pytorch"]
         report.update(verdict(report, args).keys())
+    report["seconds_by_part"] = parts
     return entry.finish(report, args, ctx, summary, t_start)
 
 
