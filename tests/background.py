@@ -86,6 +86,20 @@ def lane(config: pytest.Config) -> Lane:
     return config.stash[KEY]
 
 
+def launch(config: pytest.Config, fixture: str, name: str, fn: Callable[[Path], object]) -> Future:
+    """A session launch for ``fixture``: on the lane when ``LAUNCHES`` lists it (started at collection),
+    otherwise run here and now (a finished future), in a folder of its own."""
+    if fixture in LAUNCHES:
+        return lane(config).submit(name, fn)
+    future: Future = Future()
+    folder = Path(tempfile.mkdtemp(prefix="minigpt-launch-"))
+    try:
+        future.set_result(fn(folder))
+    except BaseException as exc:  # noqa: BLE001 - the fixture's .result() raises it
+        future.set_exception(exc)
+    return future
+
+
 def close(config: pytest.Config) -> None:
     if KEY in config.stash:
         config.stash[KEY].close()

@@ -386,7 +386,7 @@ def drill(tmp: Path) -> dict:
 
 
 def submit_drill(config: pytest.Config) -> Future:
-    return background.lane(config).submit("lab03 checkpoint drill", drill)
+    return background.launch(config, "lab03_drill", "lab03 checkpoint drill", drill)
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,10 @@ def launch_set(name: str, folder: Path) -> tuple[list[dict], list[str]]:
 
 def submit(config: pytest.Config) -> dict:
     """One launch per kernel set this CPU supports, on the suite's second lane."""
-    lane = background.lane(config)
-    return {name: lane.submit(f"kernel set {name}", functools.partial(launch_set, name)) for name in supported_sets()}
+    return {
+        name: background.launch(config, "kernel_set_runs", f"kernel set {name}", functools.partial(launch_set, name))
+        for name in supported_sets()
+    }
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,7 @@ def run_practice(tmp: Path) -> dict:
 
 
 def submit(config: pytest.Config) -> Future:
-    return background.lane(config).submit("lab03 practice", run_practice)
+    return background.launch(config, "lab03_practice", "lab03 practice", run_practice)
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def run_variants(out: Path) -> dict:
 
 
 def submit(config: pytest.Config) -> Future:
-    return background.lane(config).submit("lab03 variants", run_variants)
+    return background.launch(config, "lab03_variants", "lab03 variants", run_variants)
 
 
 @pytest.fixture(scope="module")
