@@ -137,18 +137,53 @@ def whole_training_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     """The weights and the optimizer's per-parameter state gathered whole, by parameter name:
     ``{"weights": full_state_dict, "moments": {key: {name: tensor}}, "step": tensor or None}`` (the
     format the proof harness loads into one process; every rank calls it). The tied matrix is
-    named once, by its first key, as ``named_parameters()`` names it."""
+    named once, by its first key, as ``named_parameters()`` names it.
+
+    The proof harness calls this after every step, so it gathers a unit's shards and their moments
+    in one all-gather per unit (and dtype): every rank's pieces laid end to end in one buffer,
+    rank-major, as :func:`reduce_gradients` lays out its reduce-scatter. Per-parameter all-gathers
+    (:func:`full_state_dict`) give the same bits, but on four ranks sharing two cores each of
+    their ~120 small collectives a step waits for every rank to be scheduled: most of a check's
+    time went there."""
     keys = _keys_of_shards(model)
-    full = full_optimizer_state_dict(model, optimizer)
+    sharded = {id(p.shard) for unit in find_units(model) for p in unit.params}
+    gathered = {key for shard in sharded for key in keys[shard]}  # filled below (the full tensors may be freed)
+    weights = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items() if k not in gathered}
+    state: dict = {"weights": weights, "moments": {}, "step": None}
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    state = {"weights": full_state_dict(model), "moments": {}, "step": None}
-    for index, per_param in full["state"].items():
-        name = keys[id(params[index])][0]
-        for key, value in per_param.items():
+    for param in params:  # a parameter its unit keeps whole (ignored_params): its state as it is
+        if id(param) in sharded:
+            continue
+        for key, value in optimizer.state.get(param, {}).items():
             if key == "step":
-                state["step"] = value
+                state["step"] = value.clone() if torch.is_tensor(value) else value
             elif torch.is_tensor(value):
-                state["moments"].setdefault(key, {})[name] = value
+                state["moments"].setdefault(key, {})[keys[id(param)][0]] = value.detach().clone()
+    for unit in find_units(model):
+        pieces: dict[torch.dtype, list] = {}  # dtype -> [(keys, moment or None, param, tensor of the shard's shape)]
+        for p in unit.params:
+            names = keys[id(p.shard)]
+            pieces.setdefault(p.shard.dtype, []).append((names, None, p, p.shard.detach()))
+            for key, value in optimizer.state.get(p.shard, {}).items():
+                if key == "step":
+                    state["step"] = value.clone() if torch.is_tensor(value) else value
+                elif torch.is_tensor(value) and value.shape == p.shard.shape:
+                    pieces.setdefault(value.dtype, []).append((names, key, p, value.detach()))
+        for group in pieces.values():
+            flat = torch.cat([t.reshape(-1) for *_, t in group])
+            out = flat.new_empty(unit.world_size * flat.numel())
+            dist.all_gather_single(out, flat, group=unit.group)
+            per_rank = out.view(unit.world_size, -1)  # row r: rank r's pieces, in the order above
+            offset = 0
+            for names, moment, p, t in group:
+                rows = per_rank[:, offset : offset + t.numel()].reshape(unit.world_size * t.shape[0], *t.shape[1:])
+                whole = rows[: p.rows].reshape(p.shape).clone()
+                offset += t.numel()
+                if moment is None:
+                    for key in names:
+                        weights[key] = whole
+                else:
+                    state["moments"].setdefault(moment, {})[names[0]] = whole
     return state
 
 
