@@ -23,12 +23,16 @@ def _seconds(s: float, lang: str) -> str:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def _machine(result: dict, lang: str) -> str:
+def _machine(result: dict, lang: str, rows: list[dict] | None = None) -> str:
+    """The machine line; a row measured again later (after a change to its lab) carries its own
+    ``date``, and the section says every date its rows were measured on."""
     m = result["machine"]
+    dates = sorted({r.get("date", m["date"]) for r in rows or []} or {m["date"]})
+    when = " and ".join(dates) if lang == "en" else " y ".join(dates)
     return tr(
         lang,
-        f"\nMeasured {m['date']} on {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}.\n",
-        f"\nMedido el {m['date']} en {m['cpu_model']}, {m['cores']} núcleos, Python {m['python']}, torch {m['torch']}.\n",
+        f"\nMeasured {when} on {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}.\n",
+        f"\nMedido el {when} en {m['cpu_model']}, {m['cores']} núcleos, Python {m['python']}, torch {m['torch']}.\n",
     )
 
 
@@ -50,7 +54,7 @@ def times(result: dict, rows: list[dict], lang: str) -> str:
         tr(lang, "each run", "cada ejecución"),
         tr(lang, "passed", "pasó"),
     ]
-    return table(head, body, left=1) + _machine(result, lang)
+    return table(head, body, left=1) + _machine(result, lang, rows)
 
 
 def kernel_sets(result: dict, rows: list[dict], lang: str) -> str:

@@ -135,55 +135,41 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
 @torch.no_grad()
 def whole_training_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """The weights and the optimizer's per-parameter state gathered whole, by parameter name:
-    ``{"weights": full_state_dict, "moments": {key: {name: tensor}}, "step": tensor or None}`` (the
-    format the proof harness loads into one process; every rank calls it). The tied matrix is
-    named once, by its first key, as ``named_parameters()`` names it.
-
-    The proof harness calls this after every step, so it gathers a unit's shards and their moments
-    in one all-gather per unit (and dtype): every rank's pieces laid end to end in one buffer,
-    rank-major, as :func:`reduce_gradients` lays out its reduce-scatter. Per-parameter all-gathers
-    (:func:`full_state_dict`) give the same bits, but on four ranks sharing two cores each of
-    their ~120 small collectives a step waits for every rank to be scheduled: most of a check's
-    time went there."""
+    ``{"weights": ..., "moments": {key: {name: tensor}}, "step": tensor or None}``, the tied matrix
+    named once (what the proof harness loads into one process; every rank calls it, after every
+    step). One all-gather per unit and dtype, every rank's shards and moments end to end (Exercise
+    4.4's rank-major layout): the bits of per-parameter all-gathers, without ~130 small collectives
+    a step that each wait for four ranks to share two cores (lab page, section 3)."""
     keys = _keys_of_shards(model)
-    sharded = {id(p.shard) for unit in find_units(model) for p in unit.params}
-    gathered = {key for shard in sharded for key in keys[shard]}  # filled below (the full tensors may be freed)
+    owner = {id(p.shard): (unit, p) for unit in find_units(model) for p in unit.params}
+    gathered = {key for shard in owner for key in keys[shard]}  # filled below (the full may be freed)
     weights = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items() if k not in gathered}
     state: dict = {"weights": weights, "moments": {}, "step": None}
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    for param in params:  # a parameter its unit keeps whole (ignored_params): its state as it is
-        if id(param) in sharded:
-            continue
+    pieces: dict = {}  # (unit, dtype) -> [(keys, moment or None, param, tensor of its shard's shape)]
+    for unit, p in owner.values():
+        pieces.setdefault((unit, p.shard.dtype), []).append((keys[id(p.shard)], None, p, p.shard.detach()))
+    for param in (p for group in optimizer.param_groups for p in group["params"]):
         for key, value in optimizer.state.get(param, {}).items():
             if key == "step":
                 state["step"] = value.clone() if torch.is_tensor(value) else value
-            elif torch.is_tensor(value):
+            elif id(param) not in owner:  # kept whole by its unit (ignored_params): as it is
                 state["moments"].setdefault(key, {})[keys[id(param)][0]] = value.detach().clone()
-    for unit in find_units(model):
-        pieces: dict[torch.dtype, list] = {}  # dtype -> [(keys, moment or None, param, tensor of the shard's shape)]
-        for p in unit.params:
-            names = keys[id(p.shard)]
-            pieces.setdefault(p.shard.dtype, []).append((names, None, p, p.shard.detach()))
-            for key, value in optimizer.state.get(p.shard, {}).items():
-                if key == "step":
-                    state["step"] = value.clone() if torch.is_tensor(value) else value
-                elif torch.is_tensor(value) and value.shape == p.shard.shape:
-                    pieces.setdefault(value.dtype, []).append((names, key, p, value.detach()))
-        for group in pieces.values():
-            flat = torch.cat([t.reshape(-1) for *_, t in group])
-            out = flat.new_empty(unit.world_size * flat.numel())
-            dist.all_gather_single(out, flat, group=unit.group)
-            per_rank = out.view(unit.world_size, -1)  # row r: rank r's pieces, in the order above
-            offset = 0
-            for names, moment, p, t in group:
-                rows = per_rank[:, offset : offset + t.numel()].reshape(unit.world_size * t.shape[0], *t.shape[1:])
-                whole = rows[: p.rows].reshape(p.shape).clone()
-                offset += t.numel()
-                if moment is None:
-                    for key in names:
-                        weights[key] = whole
-                else:
-                    state["moments"].setdefault(moment, {})[names[0]] = whole
+            elif torch.is_tensor(value):
+                unit, p = owner[id(param)]
+                pieces.setdefault((unit, value.dtype), []).append((keys[id(param)], key, p, value.detach()))
+    for (unit, _), group in pieces.items():
+        flat = torch.cat([t.reshape(-1) for *_, t in group])
+        out = flat.new_empty(unit.world_size * flat.numel())
+        dist.all_gather_single(out, flat, group=unit.group)
+        per_rank = out.view(unit.world_size, -1)  # row r: rank r's pieces, in the order above
+        offset = 0
+        for names, moment, p, t in group:
+            rows = per_rank[:, offset : offset + t.numel()].reshape(unit.world_size * t.shape[0], *t.shape[1:])
+            whole, offset = rows[: p.rows].reshape(p.shape).clone(), offset + t.numel()
+            for key in names if moment is None else ():
+                weights[key] = whole
+            if moment is not None:
+                state["moments"].setdefault(moment, {})[names[0]] = whole
     return state
 
 

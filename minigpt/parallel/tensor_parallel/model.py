@@ -259,34 +259,48 @@ class TPMiniGPT(nn.Module):
                 return p.detach()
             return torch.zeros_like(p) if p.grad is None else p.grad.detach()
 
-        def gather_rows(t: torch.Tensor, parts: int = 1) -> torch.Tensor:
-            pieces = [torch.empty_like(t) for _ in range(self.tp)]
-            dist.all_gather(pieces, value(t).contiguous(), group=self.group)
-            split = [p.chunk(parts) for p in pieces]  # each rank's [q_r | k_r | v_r]
-            return torch.cat([s[i] for i in range(parts) for s in split])
+        # every cut tensor is gathered in one all-gather (each rank's pieces laid end to end): per
+        # tensor, ~60 small collectives a step of the proof, each waiting for every rank to be scheduled
+        cut: list[tuple[str, torch.Tensor, str, int]] = []  # (key, local piece, "rows" or "columns", parts)
+        state: dict[str, torch.Tensor] = {}
 
-        def gather_columns(t: torch.Tensor) -> torch.Tensor:
-            pieces = [torch.empty_like(t) for _ in range(self.tp)]
-            dist.all_gather(pieces, value(t).contiguous(), group=self.group)
-            return torch.cat(pieces, dim=1)
+        def rows(key: str, t: torch.Tensor, parts: int = 1) -> None:
+            cut.append((key, value(t).contiguous(), "rows", parts))
+            state[key] = t  # keeps MiniGPT's key order; the gathered tensor replaces it below
 
-        state = {}
-        state["wte.weight"] = gather_rows(self.wte.weight)[: self.config.vocab_size]
+        def columns(key: str, t: torch.Tensor) -> None:
+            cut.append((key, value(t).contiguous(), "columns", 1))
+            state[key] = t
+
+        rows("wte.weight", self.wte.weight)
         state["wpe.weight"] = value(self.wpe.weight).clone()
         for i, b in enumerate(self.blocks):
             pre = f"blocks.{i}."
             for name in ("ln_1", "ln_2"):
                 for k, p in getattr(b, name).named_parameters():
                     state[f"{pre}{name}.{k}"] = value(p).clone()
-            state[pre + "attn.qkv.weight"] = gather_rows(b.attn.qkv.weight, parts=3)
-            state[pre + "attn.proj.weight"] = gather_columns(b.attn.proj.weight)
-            state[pre + "mlp.fc.weight"] = gather_rows(b.mlp.fc.weight)
+            rows(pre + "attn.qkv.weight", b.attn.qkv.weight, parts=3)
+            columns(pre + "attn.proj.weight", b.attn.proj.weight)
+            rows(pre + "mlp.fc.weight", b.mlp.fc.weight)
             if b.mlp.fc.bias is not None:
-                state[pre + "mlp.fc.bias"] = gather_rows(b.mlp.fc.bias)
-            state[pre + "mlp.proj.weight"] = gather_columns(b.mlp.proj.weight)
+                rows(pre + "mlp.fc.bias", b.mlp.fc.bias)
+            columns(pre + "mlp.proj.weight", b.mlp.proj.weight)
             if b.mlp.proj.bias is not None:
                 state[pre + "mlp.proj.bias"] = value(b.mlp.proj.bias).clone()
         for k, p in self.ln_f.named_parameters():
             state[f"ln_f.{k}"] = value(p).clone()
+        flat = torch.cat([t.reshape(-1) for _, t, _, _ in cut])
+        everyone = [torch.empty_like(flat) for _ in range(self.tp)]
+        dist.all_gather(everyone, flat, group=self.group)
+        offset = 0
+        for key, t, how, parts in cut:
+            pieces = [r[offset : offset + t.numel()].view_as(t) for r in everyone]
+            offset += t.numel()
+            if how == "columns":
+                state[key] = torch.cat(pieces, dim=1)
+            else:
+                split = [piece.chunk(parts) for piece in pieces]  # each rank's [q_r | k_r | v_r]
+                state[key] = torch.cat([s[i] for i in range(parts) for s in split])
+        state["wte.weight"] = state["wte.weight"][: self.config.vocab_size]
         state["lm_head.weight"] = state["wte.weight"]
         return state
