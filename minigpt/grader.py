@@ -285,8 +285,8 @@ def grade(
     show: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> Report:
-    """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests), one lab (``"01"``) or
-    everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
+    """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests; several of one lab,
+    comma-separated: ``"4.1,4.5"``), one lab (``"01"``) or everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
     (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included.
     ``env`` is the environment to grade in (default: this process's; the course's tests grade
     several folders at once, each with its own)."""

@@ -9,7 +9,8 @@
   without points check the course's own machinery and are not scored.
 * Each graded test runs with ``MINIGPT_EXERCISE`` set to its exercise: only that exercise is the
   learner's, the reference stands in for the others (see ``minigpt/impl.py``), so an exercise
-  earns its points alone. ``--exercise 1.3`` keeps the graded tests of exercise 1.3 only.
+  earns its points alone. ``--exercise 1.3`` keeps the graded tests of exercise 1.3 only
+  (``--exercise 4.1,4.5``: those of both).
 * ``--grade-report FILE`` writes every graded test's result as JSON (what ``python -m
   minigpt.grader``, ``make grade``, reads). At the end of every run a score table is printed,
   one line per lab, e.g. ``Lab 00 · MiniGPT and the baseline · 12/12``, followed by a short
@@ -56,7 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--exercise",
         default=None,
-        help="run only the graded tests of this exercise (e.g. 1.3, or all: the end-to-end tests)",
+        help="run only the graded tests of this exercise (e.g. 1.3, or all: the end-to-end tests), or of "
+        "several, comma-separated (e.g. 4.1,4.5: each test still has only its own exercise the learner's)",
     )
     parser.addoption("--grade-report", default=None, help="write the graded tests' results to this JSON file")
 
@@ -118,12 +120,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if id(item) not in last] + lane + timed
     wanted = config.getoption("--exercise")
     if wanted is not None:
-        if wanted not in (*impl_switch.EXERCISES, "all"):
+        names = {name.strip() for name in wanted.split(",")}
+        unknown = sorted(names - {*impl_switch.EXERCISES, "all"})
+        if unknown:
             raise pytest.UsageError(
-                f"--exercise {wanted!r} is not an exercise; choose one of {', '.join(impl_switch.EXERCISES)} or all"
+                f"--exercise {wanted!r}: {', '.join(map(repr, unknown))} is not an exercise; choose one of "
+                f"{', '.join(impl_switch.EXERCISES)} or all (several: comma-separated)"
             )
-        keep = [item for item in items if exercise_of(item) == wanted]
-        config.hook.pytest_deselected(items=[item for item in items if exercise_of(item) != wanted])
+        keep = [item for item in items if exercise_of(item) in names]
+        config.hook.pytest_deselected(items=[item for item in items if exercise_of(item) not in names])
         items[:] = keep
     factor = limits.scale()
     if factor == 1:

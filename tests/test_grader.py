@@ -145,8 +145,8 @@ def submit(config: pytest.Config) -> dict:
     runs = {name: spec for name, spec in RUNS.items() if name not in last}
     for folder, (exercise, _, _) in NAMED_CAUSES.items():
         runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": exercise}, {})
-    for folder, exercise in RULES:
-        runs[f"rule {folder} {exercise}"] = (PITFALLS / folder, {"exercise": exercise}, {})
+    for (folder, lab), exercises in rule_runs().items():
+        runs[f"rules {folder} {lab}"] = (PITFALLS / folder, {"exercise": ",".join(exercises)}, {})
     runs.update({name: RUNS[name] for name in last})
     lane = background.lane(config)
     return {name: lane.submit(f"grader {name}", functools.partial(graded_run, spec)) for name, spec in runs.items()}
@@ -516,20 +516,59 @@ SECOND_RULE_EACH = {
     "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
     "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # a degree of 2.5 taken
 }
+# tests/pitfalls/third_rule_each/: a third rule of the stubs' contracts (types, orders, the sums'
+# rounding, what each side of a collective keeps), graded the same way
+THIRD_RULE_EACH = {
+    "0.1": {  # 1.0 / 0.0 floats, not a torch.bool mask: the model's ~mask then fails too
+        "test_causal_mask_values": 2,
+        "test_causal_mask_hides_the_future_in_the_model": 2,
+    },
+    "1.1": {"test_ring_rejects_an_unknown_op": 1},  # "max" summed instead of refused
+    "1.2": {  # buckets filled in registration order: each 1.2 test expects the reverse order
+        "test_buckets_reverse_order_up_to_the_cap": 2,
+        "test_buckets_close_when_they_reach_the_cap": 1,
+        "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
+    },
+    "3.2": {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2},  # the inf term summed
+    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # .grad written over, not added to
+    "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # a tp-th of the bias
+    "5.2": {  # g the identity forward: the partial products never summed
+        "test_g_sums_forward_and_is_the_identity_backward": 2,
+        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+    },
+    "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # the newest B first
+    "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # each collective rounded, then summed
+}
 RULES = {
     **{("one_rule_each", exercise): lost for exercise, lost in ONE_RULE_EACH.items()},
     **{("second_rule_each", exercise): lost for exercise, lost in SECOND_RULE_EACH.items()},
+    **{("third_rule_each", exercise): lost for exercise, lost in THIRD_RULE_EACH.items()},
 }
+
+
+def rule_runs() -> dict[tuple[str, str], list[str]]:
+    """The rule folders' gradings, one per folder and lab: ``--exercise 4.1,4.2`` grades the tests of
+    both, each with only its own exercise the pitfall's (the reference stands in for the other), so a
+    test's result is the one a grading of its exercise alone gives."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for folder, exercise in RULES:
+        runs.setdefault((folder, f"{int(exercise.split('.')[0]):02d}"), []).append(exercise)
+    return runs
 
 
 @pytest.mark.parametrize("folder, exercise", list(RULES), ids=[f"{f}-{e}" for f, e in RULES])
 def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, exercise):
-    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ and
-    second_rule_each/, one mistake per exercise in each; the others' rules are in tests/pitfalls/ and
-    its one-mistake folders): the tests of that rule fail, and only they."""
-    report = report_of(graded, f"rule {folder} {exercise}")
-    assert lost(report) == RULES[folder, exercise], report.text
-    assert all(r.kind == "failed" for r in report.results if not r.passed), report.text
+    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/,
+    second_rule_each/ and third_rule_each/, one mistake per exercise in each; the others' rules are in
+    tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and only they. A folder's
+    exercises of one lab are graded together, and each test runs with only its own exercise the
+    pitfall's, so the tests of ``exercise`` are read from that grading."""
+    report = report_of(graded, f"rules {folder} {exercise.split('.')[0].zfill(2)}")
+    graded_here = [r for r in report.results if r.exercise == exercise]
+    assert graded_here, f"no test of exercise {exercise} was graded:\n{report.text}"
+    assert {r.name: r.points for r in graded_here if not r.passed} == RULES[folder, exercise], report.text
+    assert all(r.kind == "failed" for r in graded_here if not r.passed), report.text
+    assert {r.exercise for r in report.results} == set(rule_runs()[folder, exercise.split(".")[0].zfill(2)])
 
 
 def launch_of(*outcomes: dict | str) -> Launch:
@@ -714,3 +753,24 @@ def test_impl_switch_rejects_unknown_values(monkeypatch):
         timeout=limit(120),
     )
     assert proc.returncode == 4 and "mine" in proc.stderr  # pytest's usage error names the value
+
+
+def test_several_exercises_of_a_lab_are_collected_together_and_an_unknown_one_is_refused():
+    """``--exercise 4.1,4.5`` (how the rule folders are graded, one run per lab) keeps exactly the
+    graded tests of both; a list with one unknown name is a usage error that names it."""
+    command = [sys.executable, "-m", "pytest", "tests/test_lab04.py", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    both = subprocess.run(
+        [*command, "--exercise=4.1,4.5"], cwd=ROOT, capture_output=True, text=True, timeout=limit(120)
+    )
+    bad = subprocess.run([*command, "--exercise=4.1,9.9"], cwd=ROOT, capture_output=True, text=True, timeout=limit(120))
+    source = (ROOT / "tests" / "test_lab04.py").read_text()
+    marked = {
+        node.name: {ast.get_source_segment(source, d) for d in node.decorator_list}
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef)
+    }
+    wanted = {name for name, marks in marked.items() for e in ("4.1", "4.5") if f'pytest.mark.exercise("{e}")' in marks}
+    collected = {line.split("::")[1].split("[")[0] for line in both.stdout.splitlines() if "::" in line}
+    assert both.returncode == 0 and len(wanted) >= 3, both.stdout + both.stderr
+    assert collected == wanted, both.stdout
+    assert bad.returncode == 4 and "'9.9' is not an exercise" in bad.stderr, bad.stderr

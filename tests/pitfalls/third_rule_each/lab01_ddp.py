@@ -1,0 +1,38 @@
+"""A third stated rule broken at a time (see lab00_baseline.py here).
+
+Lab 01: an op other than "sum" and "avg" taken as "sum" instead of refused (1.1); the buckets filled
+in registration order, not in reverse, so the first bucket to fill is the one backward reaches last
+(1.2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from minigpt.parallel import ring
+from minigpt.parallel.ddp import BucketedDDP as _Reference, named_trainable_parameters
+
+
+def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group=None, counter=None) -> torch.Tensor:
+    ring.ring_reduce_scatter(tensor, "avg" if op == "avg" else "sum", group, counter)  # Mistake: "max" summed
+    return ring.ring_all_gather(tensor, group, counter)
+
+
+def assign_buckets(module: nn.Module, bucket_cap_bytes: int) -> list[list[tuple[str, nn.Parameter]]]:
+    buckets, current, current_bytes = [], [], 0
+    for name, p in named_trainable_parameters(module):  # Mistake: registration order, not reversed
+        same = not current or (p.dtype, p.device) == (current[0][1].dtype, current[0][1].device)
+        if current and not same:
+            buckets.append(current)
+            current, current_bytes = [], 0
+        current.append((name, p))
+        current_bytes += p.numel() * p.element_size()
+        if current_bytes >= bucket_cap_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
+    return buckets + ([current] if current else [])
+
+
+class BucketedDDP(_Reference):
+    assign_buckets = staticmethod(assign_buckets)

@@ -1,0 +1,42 @@
+"""A third stated rule broken at a time (see lab00_baseline.py here).
+
+Lab 04: the reduced gradient written over a shard's ``.grad`` that is already there instead of added
+to it, so gradient accumulation keeps only the last micro-batch (4.4).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm
+from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
+
+
+def reduce_gradients(unit) -> None:
+    params = [p for p in unit.params if p.full.grad is not None]
+    if not params:
+        return
+    world, columns = unit.world_size, []
+    for p in params:
+        padded = p.full.grad.new_zeros((world * p.shard.shape[0], *p.shape[1:]), dtype=unit.reduce_dtype)
+        padded[: p.rows] = p.full.grad
+        columns.append(padded.reshape(world, -1))
+    buffer = torch.cat(columns, dim=1).reshape(-1)
+    out = buffer.new_empty(buffer.numel() // world)
+    unit.record_collective("reduce-scatter", buffer, is_async=False)
+    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
+    out /= world
+    offset = 0
+    for p in params:
+        n = p.shard.numel()
+        p.shard.grad = out[offset : offset + n].view(p.shard.shape).to(p.shard.dtype)  # Mistake: not added
+        offset += n
+        p.full.grad = None
+
+
+class FSDPUnit(_Scaffold):
+    global_grad_norm = staticmethod(global_grad_norm)
+
+    def reduce_gradients(self) -> None:
+        reduce_gradients(self)

@@ -1,0 +1,17 @@
+"""A third stated rule broken at a time (see lab00_baseline.py here).
+
+Lab 06: 1F1B's steady state runs the backward of the micro-batch it has just sent forward (the
+newest) instead of the oldest one waiting (6.1).
+"""
+
+from __future__ import annotations
+
+from minigpt.parallel.pipeline.schedule import Op
+
+
+def one_f_one_b(stage: int, stages: int, micro_batches: int) -> list[Op]:
+    warmup = min(stages - 1 - stage, micro_batches)
+    ops: list[Op] = [("F", i) for i in range(warmup)]
+    for i in range(warmup, micro_batches):
+        ops += [("F", i), ("B", i)]  # Mistake: the newest micro-batch's B; the rule is the oldest's
+    return ops + [("B", i) for i in range(warmup)]
