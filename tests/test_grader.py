@@ -539,10 +539,34 @@ THIRD_RULE_EACH = {
     "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # the newest B first
     "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # each collective rounded, then summed
 }
+# tests/pitfalls/fourth_rule_each/: a fourth rule (the mask, the tiling, in place, the order of the
+# units, a new tensor, frozen parameters owned, the parts of a fused weight, the inferred degree, the
+# reshard flags), graded the same way
+FOURTH_RULE_EACH = {
+    "0.2": {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
+    "0.3": {"test_rank_slices_are_disjoint_and_cover_the_batch": 2},
+    "1.1": {  # a copy reduced: every test that reads the tensor it gave still sees that rank's own values
+        "test_ring_sum_matches_torch[2]": 1,
+        "test_ring_sum_matches_torch[3]": 1,
+        "test_ring_sum_matches_torch[4]": 1,
+        "test_ring_average_and_a_world_of_one": 1,
+        "test_ring_leaves_every_rank_with_the_same_bits": 1,
+    },
+    "3.3": {"test_units_of_each_policy": 2},
+    "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
+    "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
+    "5.1": {"test_column_slice_keeps_each_ranks_output_features": 1},
+    "6.3": {"test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2},
+    "6.4": {  # FSDP2 keeps the root gathered after forward: its bytes need the flags too
+        "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,
+        "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
+    },
+}
 RULES = {
     **{("one_rule_each", exercise): lost for exercise, lost in ONE_RULE_EACH.items()},
     **{("second_rule_each", exercise): lost for exercise, lost in SECOND_RULE_EACH.items()},
     **{("third_rule_each", exercise): lost for exercise, lost in THIRD_RULE_EACH.items()},
+    **{("fourth_rule_each", exercise): lost for exercise, lost in FOURTH_RULE_EACH.items()},
 }
 
 
@@ -558,8 +582,8 @@ def rule_runs() -> dict[tuple[str, str], list[str]]:
 
 @pytest.mark.parametrize("folder, exercise", list(RULES), ids=[f"{f}-{e}" for f, e in RULES])
 def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, exercise):
-    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/,
-    second_rule_each/ and third_rule_each/, one mistake per exercise in each; the others' rules are in
+    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ to
+    fourth_rule_each/, one mistake per exercise in each; the others' rules are in
     tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and only they. A folder's
     exercises of one lab are graded together, and each test runs with only its own exercise the
     pitfall's, so the tests of ``exercise`` are read from that grading."""

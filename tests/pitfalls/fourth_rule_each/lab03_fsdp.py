@@ -1,0 +1,14 @@
+"""A fourth stated rule broken at a time (see lab00_baseline.py here).
+
+Lab 03: the "block" policy's units listed from the last block to the first instead of in order (3.3).
+"""
+
+from __future__ import annotations
+
+from minigpt.fsdp import practice
+
+
+def units_of_policy(model, policy: str):
+    if policy == "block":
+        return list(model.blocks)[::-1]  # Mistake: the blocks in reverse order
+    return practice.units_of_policy(model, policy)
