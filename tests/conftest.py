@@ -11,6 +11,10 @@
   learner's, the reference stands in for the others (see ``minigpt/impl.py``), so an exercise
   earns its points alone. ``--exercise 1.3`` keeps the graded tests of exercise 1.3 only
   (``--exercise 4.1,4.5``: those of both).
+* A session that grades the reference whole (a selected test reads ``reference_graded``, as
+  ``make test`` does) leaves the graded tests to that grading (tests/grading.py, on the second lane),
+  which runs every one of them with the reference written into the exercise files, and ends with its
+  score table: each graded test runs once per implementation in the whole suite.
 * ``--grade-report FILE`` writes every graded test's result as JSON (what ``python -m
   minigpt.grader``, ``make grade``, reads). At the end of every run a score table is printed,
   one line per lab, e.g. ``Lab 00 · MiniGPT and the baseline · 12/12``, followed by a short
@@ -148,6 +152,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exercise(n): the exercise a graded test is for, e.g. '1.3', or 'all'")
     config.addinivalue_line("markers", "slow: starts processes or trains a model (make test-fast leaves it out)")
     config.stash[_SCORES] = {}
+    if not config.pluginmanager.has_plugin("minigpt-graded-on-the-lane"):
+        config.pluginmanager.register(_GradedOnTheLane(), "minigpt-graded-on-the-lane")
     config.stash[_SKIPPED] = []
 
 
@@ -164,6 +170,7 @@ class _Result:
 
 
 _SCORES = pytest.StashKey[dict]()
+_GRADED_ON_LANE = pytest.StashKey[int]()  # how many graded tests the reference grading runs instead
 _SKIPPED = pytest.StashKey[list]()  # (test id, reason) of every test that did not run
 
 
@@ -354,9 +361,65 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                     if r.kind == "time limit":
                         reason = f"ran out of time, it did not fail: {reason} ({limits.HINT})"
                     terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {reason}")
+    elif _GRADED_ON_LANE in config.stash and not config.option.collectonly:
+        _lane_score_table(terminalreporter, config)
     # a test that did not run proves nothing: say so where the eye lands last, not only in pytest's list
     for nodeid, reason in config.stash.get(_SKIPPED, []):
         terminalreporter.write_line(f"NOT RUN: {nodeid}: {reason}", red=True, bold=True)
+
+
+class _GradedOnTheLane:
+    """Runs after pytest's own ``-k`` / ``-m`` selection (``trylast``), on what is left."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not graded_on_the_lane(config, items):
+            return
+        # every graded test runs once per implementation in the whole suite: this session grades the
+        # reference written into the exercise files (tests/grading.py, on the second lane), which runs
+        # each of them; the score table at the end is that grading's
+        graded = [item for item in items if item.get_closest_marker("points") is not None]
+        config.stash[_GRADED_ON_LANE] = len(graded)
+        config.hook.pytest_deselected(items=graded)
+        items[:] = [item for item in items if item.get_closest_marker("points") is None]
+
+
+def graded_on_the_lane(config: pytest.Config, items: list[pytest.Item]) -> bool:
+    """Does the reference grading (tests/grading.py) run every graded test in this session? It does
+    when a selected test reads it and this session grades the reference itself, whole: then the
+    graded tests are left to it instead of running twice."""
+    return (
+        config.getoption("--impl") == "reference"
+        and config.getoption("--exercise") is None
+        and not config.getoption("--grade-report")
+        and any("reference_graded" in getattr(item, "fixturenames", ()) for item in items)
+    )
+
+
+def _lane_score_table(terminalreporter, config: pytest.Config) -> None:
+    """The score table of the reference grading, which ran this session's graded tests."""
+    lane = config.stash.get(background.KEY, None)
+    future = None if lane is None else lane.futures.get("reference graded")
+    if future is None or not future.done() or future.exception() is not None:
+        terminalreporter.write_line(
+            f"NOT RUN: the {config.stash[_GRADED_ON_LANE]} graded tests: the reference grading "
+            "(tests/grading.py) did not finish",
+            red=True,
+            bold=True,
+        )
+        return
+    report = future.result().report
+    terminalreporter.write_sep("=", "score (reference implementation, written into lab/exercises/: tests/grading.py)")
+    for lab in sorted({r.lab for r in report.results}):
+        results = [r for r in report.results if r.lab == lab]
+        earned = sum(r.points for r in results if r.passed)
+        total = sum(r.points for r in results if r.kind != NOT_GRADED)
+        terminalreporter.write_line(f"Lab {lab} · {LAB_TITLES.get(lab, '')} · {earned}/{total}")
+        for r in results:
+            if r.kind == NOT_GRADED:
+                terminalreporter.write_line(f"    not graded, {r.points} pt: {r.name}: {r.reason}")
+            elif not r.passed:
+                terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {r.reason or 'did not run'}")
 
 
 def _write_grade_report(config: pytest.Config, scores: dict[str, _Result]) -> None:

@@ -798,3 +798,21 @@ def test_several_exercises_of_a_lab_are_collected_together_and_an_unknown_one_is
     assert both.returncode == 0 and len(wanted) >= 3, both.stdout + both.stderr
     assert collected == wanted, both.stdout
     assert bad.returncode == 4 and "'9.9' is not an exercise" in bad.stderr, bad.stderr
+
+
+def test_a_session_that_grades_the_reference_leaves_the_graded_tests_to_that_grading():
+    """``make test`` runs each graded test once per implementation: with the reference grading
+    (``reference_graded``) selected, the session's own copies of the graded tests are deselected
+    (that grading runs every one of them); without it, or grading the learner's code, they run here."""
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_lab00.py"]
+    full_marks = "tests/test_grader.py::test_the_reference_written_into_the_exercises_scores_full_marks"
+    runs = {
+        "with the grading": [*command, full_marks],
+        "alone": command,
+        "the learner's": [*command, full_marks, "--impl=exercises"],
+    }
+    out = {k: subprocess.run(v, cwd=ROOT, capture_output=True, text=True, timeout=limit(120)) for k, v in runs.items()}
+    graded = sum(1 for line in out["alone"].stdout.splitlines() if line.startswith("tests/test_lab00.py::"))
+    assert graded >= 9 and out["alone"].returncode == 0, out["alone"].stdout
+    assert f"1/{graded + 1} tests collected ({graded} deselected)" in out["with the grading"].stdout, out
+    assert f"{graded + 1} tests collected" in out["the learner's"].stdout, out["the learner's"].stdout
