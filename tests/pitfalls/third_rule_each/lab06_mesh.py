@@ -1,12 +1,13 @@
 """A third stated rule broken at a time (see lab00_baseline.py here).
 
 Lab 06: every collective's bytes rounded before they are added up, instead of each total rounded
-once at the end (6.4).
+once at the end (6.4); both degrees given taken as they are, their product never compared with the
+world size (6.3).
 """
 
 from __future__ import annotations
 
-from minigpt.parallel.mesh.degrees import resolve_hsdp  # noqa: F401
+from minigpt.parallel.mesh.degrees import resolve_hsdp as _resolve
 
 
 def hsdp_bytes_per_dim(unit_sizes, shard, replicate, param_bytes=4, grad_bytes=4, reshard_after_forward=None):
@@ -19,3 +20,9 @@ def hsdp_bytes_per_dim(unit_sizes, shard, replicate, param_bytes=4, grad_bytes=4
         "shard": sum(round(c.bytes_sent) for c in collectives if c.group != "replica"),
         "replicate": sum(round(c.bytes_sent) for c in collectives if c.group == "replica"),
     }
+
+
+def resolve_hsdp(world_size, local_world_size, shard=None, replicate=None):
+    if isinstance(shard, int) and isinstance(replicate, int) and shard >= 1 and replicate >= 1:
+        return replicate, shard  # Mistake: both given, taken as they are; their product must be the world size
+    return _resolve(world_size, local_world_size, shard, replicate)
