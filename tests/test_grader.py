@@ -481,7 +481,13 @@ def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(graded, f
 
 # tests/pitfalls/one_rule_each/: one stated rule broken per exercise, graded one exercise at a time
 ONE_RULE_EACH = {
+    "0.2": {  # the loss as a Python float: no gradient flows back
+        "test_masked_loss_value": 2,
+        "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
+    },
     "0.4": {"test_lr_schedule": 2},  # the warm-up counted from step 1
+    "1.1": {"test_ring_average_and_a_world_of_one": 1},  # "avg" never divided
+    "1.4": {"test_ddp_finish_counts_bytes_and_is_harmless_twice": 1},  # a second call not harmless
     "1.2": {  # a bucket closed before the parameter that would pass the cap, not when it reaches it
         "test_buckets_reverse_order_up_to_the_cap": 2,
         "test_buckets_close_when_they_reach_the_cap": 1,
@@ -491,6 +497,7 @@ ONE_RULE_EACH = {
     "2.4": {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1},  # a repeated parameter kept twice
     "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
     "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
+    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # the full gradients kept
     "5.3": {  # the vocabulary's padding columns counted as words
         "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
         "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
@@ -515,7 +522,12 @@ SECOND_RULE_EACH = {
     "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
     "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
     "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # an uneven cut, no ValueError
+    "5.2": {  # g sums the gradient in backward too: the MLP's gradients are then tp times too large
+        "test_g_sums_forward_and_is_the_identity_backward": 2,
+        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+    },
     "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # a degree of 2.5 taken
+    "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # gradients counted at the weights' size
 }
 # tests/pitfalls/third_rule_each/: a third rule of the stubs' contracts (types, orders, the sums'
 # rounding, what each side of a collective keeps), graded the same way
@@ -549,6 +561,7 @@ THIRD_RULE_EACH = {
 FOURTH_RULE_EACH = {
     "0.2": {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
     "0.3": {"test_rank_slices_are_disjoint_and_cover_the_batch": 2},
+    "0.4": {"test_lr_schedule": 2},  # the cosine one step late
     "1.1": {  # a copy reduced: every test that reads the tensor it gave still sees that rank's own values
         "test_ring_sum_matches_torch[2]": 1,
         "test_ring_sum_matches_torch[3]": 1,
@@ -560,6 +573,10 @@ FOURTH_RULE_EACH = {
     "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
     "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
     "5.1": {"test_column_slice_keeps_each_ranks_output_features": 1},
+    "6.1": {  # the last B dropped: not every micro-batch's B, so not 1F1B's order either
+        "test_one_f_one_b_runs_every_micro_batch_once_and_never_deadlocks": 3,
+        "test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2,
+    },
     "6.3": {"test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2},
     "6.4": {  # FSDP2 keeps the root gathered after forward: its bytes need the flags too
         "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,

@@ -1,7 +1,8 @@
 """One stated rule broken at a time (see lab00_baseline.py here).
 
 Lab 04: gather_rows returns the padding rows too (4.1); unit_parameters does not skip the modules of
-nested units (4.2).
+nested units (4.2); reduce_gradients leaves each full gradient in place after reducing it, instead of
+dropping it (4.4).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm, reduce_gradients as _reduce
 from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.sharding import shard_rows  # noqa: F401
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
@@ -34,6 +36,17 @@ def unit_parameters(unit: nn.Module, nested: list[nn.Module]) -> list[tuple[nn.P
     return list(owned.values())
 
 
+def reduce_gradients(unit) -> None:
+    kept = {id(p): p.full.grad for p in unit.params}
+    _reduce(unit)
+    for p in unit.params:
+        p.full.grad = kept[id(p)]  # Mistake: the full gradient kept; the rule drops it (None) once reduced
+
+
 class FSDPUnit(_Scaffold):
     gather_rows = staticmethod(gather_rows)
     unit_parameters = staticmethod(unit_parameters)
+    global_grad_norm = staticmethod(global_grad_norm)
+
+    def reduce_gradients(self) -> None:
+        reduce_gradients(self)
