@@ -1,16 +1,18 @@
 """One stated rule broken at a time (see lab00_baseline.py here).
 
 Lab 05: the vocabulary's padding columns counted as words: the last rank's columns at or past
-vocab_size, whatever they hold, enter the maximum and the sum of exponentials (5.3).
+vocab_size, whatever they hold, enter the maximum and the sum of exponentials (5.3); the row-parallel
+layer's reduce called twice, so every sum is summed again (5.1).
 """
 
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from minigpt.parallel.tensor_parallel import comm
 from minigpt.parallel.tensor_parallel.comm import copy_to_tp, reduce_from_tp  # noqa: F401
-from minigpt.parallel.tensor_parallel.layers import column_slice, row_parallel_linear, row_slice  # noqa: F401
+from minigpt.parallel.tensor_parallel.layers import column_slice, row_slice  # noqa: F401
 from minigpt.parallel.tensor_parallel.ring_attention import block_mask, online_softmax_step  # noqa: F401
 
 
@@ -37,3 +39,8 @@ class _Loss(torch.autograd.Function):
 
 def vocab_parallel_cross_entropy(logits, targets, start, vocab_size, group=None, counter=None):
     return _Loss.apply(logits, targets, start, vocab_size, group, counter)
+
+
+def row_parallel_linear(x, weight, bias, reduce):
+    y = reduce(reduce(F.linear(x, weight)))  # Mistake: reduce called twice; the rule is exactly once
+    return y if bias is None else y + bias

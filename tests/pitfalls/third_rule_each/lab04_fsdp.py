@@ -1,7 +1,8 @@
 """A third stated rule broken at a time (see lab00_baseline.py here).
 
 Lab 04: the reduced gradient written over a shard's ``.grad`` that is already there instead of added
-to it, so gradient accumulation keeps only the last micro-batch (4.4).
+to it, so gradient accumulation keeps only the last micro-batch (4.4); a unit that ran twice placed in
+the backward order by its first finish, not its last (4.5).
 """
 
 from __future__ import annotations
@@ -35,8 +36,20 @@ def reduce_gradients(unit) -> None:
         p.full.grad = None
 
 
+def backward_prefetch_targets(post_forward_order: list[str], current: str, depth: int = 1) -> list[str]:
+    first_finish: dict[str, int] = {}
+    for i, name in enumerate(post_forward_order):
+        first_finish.setdefault(name, i)  # Mistake: a unit that ran twice counts at its first finish
+    backward_order = sorted(first_finish, key=first_finish.__getitem__, reverse=True)
+    if current not in backward_order or depth < 1:
+        return []
+    i = backward_order.index(current)
+    return backward_order[i + 1 : i + 1 + depth]
+
+
 class FSDPUnit(_Scaffold):
     global_grad_norm = staticmethod(global_grad_norm)
+    backward_prefetch_targets = staticmethod(backward_prefetch_targets)
 
     def reduce_gradients(self) -> None:
         reduce_gradients(self)
