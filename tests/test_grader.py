@@ -485,6 +485,7 @@ ONE_RULE_EACH = {
         "test_masked_loss_value": 2,
         "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
     },
+    "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # a world of 0 divides by zero
     "0.4": {"test_lr_schedule": 2},  # the warm-up counted from step 1
     "1.1": {"test_ring_average_and_a_world_of_one": 1},  # "avg" never divided
     "1.4": {"test_ddp_finish_counts_bytes_and_is_harmless_twice": 1},  # a second call not harmless
@@ -545,6 +546,7 @@ THIRD_RULE_EACH = {
     "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # the message names the batch, not the world size
     "0.4": {"test_lr_schedule": 2},  # the cosine computed with torch: a tensor comes back, not a float
     "1.1": {"test_ring_rejects_an_unknown_op": 1},  # "max" summed instead of refused
+    "1.3": {"test_ddp_all_reduce_starts_during_backward": 1},  # launched once the whole backward is done
     "1.2": {  # buckets filled in registration order: each 1.2 test expects the reverse order
         "test_buckets_reverse_order_up_to_the_cap": 2,
         "test_buckets_close_when_they_reach_the_cap": 1,
@@ -559,6 +561,7 @@ THIRD_RULE_EACH = {
         "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
     },
     "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # the newest B first
+    "6.2": {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3},  # the loss held unscaled
     "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # both degrees taken unchecked
     "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # each collective rounded, then summed
 }
@@ -566,6 +569,7 @@ THIRD_RULE_EACH = {
 # units, a new tensor, frozen parameters owned, the parts of a fused weight, the inferred degree, the
 # reshard flags), graded the same way
 FOURTH_RULE_EACH = {
+    "0.1": {"test_causal_mask_values": 2},  # shaped (1, 1, size, size)
     "0.2": {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
     "0.3": {"test_rank_slices_are_disjoint_and_cover_the_batch": 2},
     "0.4": {"test_lr_schedule": 2},  # the cosine one step late
@@ -576,6 +580,7 @@ FOURTH_RULE_EACH = {
         "test_ring_average_and_a_world_of_one": 1,
         "test_ring_leaves_every_rank_with_the_same_bits": 1,
     },
+    "1.3": {"test_ddp_ring_switch_gives_the_same_gradients": 1},  # collective="ring" ignored
     "3.3": {"test_units_of_each_policy": 2},
     "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
     "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},

@@ -1,7 +1,8 @@
 """A fourth stated rule broken at a time (tests/test_grader.py grades this folder as it grades
 tests/pitfalls/one_rule_each/: each test with only its own exercise the pitfall's).
 
-Lab 00: the loss averaged over every position of a row, the ones the mask leaves out included (0.2);
+Lab 00: the mask shaped (1, 1, size, size), ready to broadcast over batch and heads, instead of
+(size, size) (0.1); the loss averaged over every position of a row, the ones the mask leaves out included (0.2);
 the rows dealt round-robin (rank r gets rows r, r + N, ...) instead of one contiguous run each (0.3);
 the cosine started one step late, so the first decay step is already below max_lr (0.4).
 """
@@ -34,3 +35,7 @@ def lr_at(step: int, max_lr: float, min_lr: float, warmup: int, total: int) -> f
         return max_lr * (step + 1) / warmup
     progress = (step - warmup + 1) / max(1, total - warmup)  # Mistake: the decay's step 0 is step == warmup
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (max_lr - min_lr)
+
+
+def causal_mask(size: int) -> torch.Tensor:
+    return torch.tril(torch.ones(size, size, dtype=torch.bool)).view(1, 1, size, size)  # Mistake: the shape
