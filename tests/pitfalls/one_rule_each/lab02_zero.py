@@ -1,7 +1,8 @@
 """One stated rule broken at a time (see lab00_baseline.py here).
 
 Lab 02: ZeRO-3's weights gathered once a step even when they are freed after forward (count=1 instead
-of 2 with reshard_after_forward) (2.3); a parameter listed twice kept twice (no check of identity) (2.4).
+of 2 with reshard_after_forward) (2.3); a parameter listed twice kept twice (no check of identity) (2.4);
+stage 2's gradients left whole, sharded only from stage 3 with the weights (2.1).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from torch import nn
 
 from minigpt.parallel.zero1 import ZeroOneOptimizer as _Scaffold
-from minigpt.zero import comm
+from minigpt.zero import comm, memory
 from minigpt.zero.comm import Collective
-from minigpt.zero.memory import device_memory  # noqa: F401
+from minigpt.zero.memory import DeviceMemory
 from minigpt.zero.simulate import zero2_step  # noqa: F401
 
 
@@ -27,3 +28,12 @@ def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
 
 class ZeroOneOptimizer(_Scaffold):
     trainable_parameters = staticmethod(trainable_parameters)
+
+
+def device_memory(
+    psi, n_devices, stage, recipe_name="mixed", largest_layer=0, offload_optimizer=False, offload_params=False
+) -> DeviceMemory:
+    got = memory.device_memory(psi, n_devices, stage, recipe_name, largest_layer, offload_optimizer, offload_params)
+    if stage == 2 and not offload_optimizer:  # Mistake: stage 2's gradients whole; the rule shards them from stage 2
+        return DeviceMemory(**{**vars(got), "grads": got.grads * n_devices})
+    return got
