@@ -2,13 +2,15 @@
 
 Lab 04: the reduced gradient written over a shard's ``.grad`` that is already there instead of added
 to it, so gradient accumulation keeps only the last micro-batch (4.4); a unit that ran twice placed in
-the backward order by its first finish, not its last (4.5).
+the backward order by its first finish, not its last (4.5); pre_backward gathers its own unit but
+starts no all-gather ahead for the next backward (4.3).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.autograd import Variable
 
 from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
@@ -50,6 +52,15 @@ def backward_prefetch_targets(post_forward_order: list[str], current: str, depth
 class FSDPUnit(_Scaffold):
     global_grad_norm = staticmethod(global_grad_norm)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
+
+    def pre_backward(self) -> None:
+        if self is self.root and not self.root._callback_queued:
+            self.root._callback_queued = True
+            Variable._execution_engine.queue_callback(self.root._finish_backward)
+        self.unshard()
+        self.wait_unshard()  # Mistake: no unshard(async_op=True) of the units whose backward comes next
+        if self is not self.root:
+            self.event("backward")
 
     def reduce_gradients(self) -> None:
         reduce_gradients(self)
