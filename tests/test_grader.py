@@ -588,6 +588,7 @@ FOURTH_RULE_EACH = {
         "test_ring_leaves_every_rank_with_the_same_bits": 1,
     },
     "1.3": {"test_ddp_ring_switch_gives_the_same_gradients": 1},  # collective="ring" ignored
+    "1.2": {"test_buckets_close_when_they_reach_the_cap": 1},  # another device does not close the bucket
     "3.3": {"test_units_of_each_policy": 2},
     "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
     "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
