@@ -534,6 +534,7 @@ SECOND_RULE_EACH = {
     "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
     "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
     "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # an uneven cut, no ValueError
+    "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # another rank's target logit added
     "5.2": {  # g sums the gradient in backward too: the MLP's gradients are then tp times too large
         "test_g_sums_forward_and_is_the_identity_backward": 2,
         "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
@@ -566,6 +567,9 @@ THIRD_RULE_EACH = {
     "5.2": {  # g the identity forward: the partial products never summed
         "test_g_sums_forward_and_is_the_identity_backward": 2,
         "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+    },
+    "5.3": {  # the gradient without its one-hot
+        "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
     },
     "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # the newest B first
     "6.2": {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3},  # the loss held unscaled
