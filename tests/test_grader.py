@@ -559,6 +559,7 @@ THIRD_RULE_EACH = {
         "test_buckets_close_when_they_reach_the_cap": 1,
         "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
     },
+    "2.1": {"test_memory_rejects_bad_input": 1},  # 2.5 devices accepted
     "3.2": {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2},  # the inf term summed
     "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # .grad written over, not added to
     "4.3": {"test_hooks_follow_fsdp2_order": 1},  # no all-gather ahead in pre_backward
@@ -634,6 +635,7 @@ def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, e
     exercises of one lab are graded together, and each test runs with only its own exercise the
     pitfall's, so the tests of ``exercise`` are read from that grading."""
     report = report_of(graded, f"rules {folder} {exercise.split('.')[0].zfill(2)}")
+    assert RULES[folder, exercise], f"{folder}/{exercise}: a rule's pitfall must lose at least one test"
     graded_here = [r for r in report.results if r.exercise == exercise]
     assert graded_here, f"no test of exercise {exercise} was graded:\n{report.text}"
     assert {r.name: r.points for r in graded_here if not r.passed} == RULES[folder, exercise], report.text
