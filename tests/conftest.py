@@ -124,13 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if id(item) not in last] + lane + timed
     wanted = config.getoption("--exercise")
     if wanted is not None:
-        names = {name.strip() for name in wanted.split(",")}
-        unknown = sorted(names - {*impl_switch.EXERCISES, "all"})
-        if unknown:
-            raise pytest.UsageError(
-                f"--exercise {wanted!r}: {', '.join(map(repr, unknown))} is not an exercise; choose one of "
-                f"{', '.join(impl_switch.EXERCISES)} or all (several: comma-separated)"
-            )
+        names = selected_exercises(wanted)
         keep = [item for item in items if exercise_of(item) in names]
         config.hook.pytest_deselected(items=[item for item in items if exercise_of(item) not in names])
         items[:] = keep
@@ -366,6 +360,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     # a test that did not run proves nothing: say so where the eye lands last, not only in pytest's list
     for nodeid, reason in config.stash.get(_SKIPPED, []):
         terminalreporter.write_line(f"NOT RUN: {nodeid}: {reason}", red=True, bold=True)
+
+
+def selected_exercises(wanted: str) -> set[str]:
+    """The exercises ``--exercise`` names (one, or several comma-separated), or a usage error that
+    names the ones that do not exist."""
+    names = {name.strip() for name in wanted.split(",")}
+    unknown = sorted(names - {*impl_switch.EXERCISES, "all"})
+    if unknown:
+        raise pytest.UsageError(
+            f"--exercise {wanted!r}: {', '.join(map(repr, unknown))} is not an exercise; choose one of "
+            f"{', '.join(impl_switch.EXERCISES)} or all (several: comma-separated)"
+        )
+    return names
 
 
 class _GradedOnTheLane:

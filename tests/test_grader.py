@@ -827,40 +827,50 @@ def test_impl_switch_rejects_unknown_values(monkeypatch):
     assert proc.returncode == 4 and "mine" in proc.stderr  # pytest's usage error names the value
 
 
-def test_several_exercises_of_a_lab_are_collected_together_and_an_unknown_one_is_refused():
-    """``--exercise 4.1,4.5`` (how the rule folders are graded, one run per lab) keeps exactly the
-    graded tests of both; a list with one unknown name is a usage error that names it."""
-    command = [sys.executable, "-m", "pytest", "tests/test_lab04.py", "--collect-only", "-q", "-p", "no:cacheprovider"]
-    both = subprocess.run(
-        [*command, "--exercise=4.1,4.5"], cwd=ROOT, capture_output=True, text=True, timeout=limit(120)
-    )
-    bad = subprocess.run([*command, "--exercise=4.1,9.9"], cwd=ROOT, capture_output=True, text=True, timeout=limit(120))
-    source = (ROOT / "tests" / "test_lab04.py").read_text()
-    marked = {
-        node.name: {ast.get_source_segment(source, d) for d in node.decorator_list}
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef)
-    }
-    wanted = {name for name, marks in marked.items() for e in ("4.1", "4.5") if f'pytest.mark.exercise("{e}")' in marks}
-    collected = {line.split("::")[1].split("[")[0] for line in both.stdout.splitlines() if "::" in line}
-    assert both.returncode == 0 and len(wanted) >= 3, both.stdout + both.stderr
-    assert collected == wanted, both.stdout
-    assert bad.returncode == 4 and "'9.9' is not an exercise" in bad.stderr, bad.stderr
+def test_several_exercises_can_be_selected_and_an_unknown_one_is_refused():
+    """``--exercise 4.1,4.5`` is how the rule folders are graded, one run per lab (each rule test
+    checks that its run graded exactly the folder's exercises of that lab); a list with one unknown
+    name is a usage error that names it."""
+    from tests.conftest import selected_exercises
+
+    assert selected_exercises("4.1,4.5") == {"4.1", "4.5"} == selected_exercises(" 4.5 , 4.1")
+    assert selected_exercises("all") == {"all"}
+    with pytest.raises(pytest.UsageError, match=r"'9\.9' is not an exercise"):
+        selected_exercises("4.1,9.9")
 
 
 def test_a_session_that_grades_the_reference_leaves_the_graded_tests_to_that_grading():
     """``make test`` runs each graded test once per implementation: with the reference grading
     (``reference_graded``) selected, the session's own copies of the graded tests are deselected
-    (that grading runs every one of them); without it, or grading the learner's code, they run here."""
-    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_lab00.py"]
-    full_marks = "tests/test_grader.py::test_the_reference_written_into_the_exercises_scores_full_marks"
-    runs = {
-        "with the grading": [*command, full_marks],
-        "alone": command,
-        "the learner's": [*command, full_marks, "--impl=exercises"],
-    }
-    out = {k: subprocess.run(v, cwd=ROOT, capture_output=True, text=True, timeout=limit(120)) for k, v in runs.items()}
-    graded = sum(1 for line in out["alone"].stdout.splitlines() if line.startswith("tests/test_lab00.py::"))
-    assert graded >= 9 and out["alone"].returncode == 0, out["alone"].stdout
-    assert f"1/{graded + 1} tests collected ({graded} deselected)" in out["with the grading"].stdout, out
-    assert f"{graded + 1} tests collected" in out["the learner's"].stdout, out["the learner's"].stdout
+    (that grading runs every one of them); without it, or grading the learner's code, or one exercise,
+    or for the grader itself (``--grade-report``), they run in place."""
+    from types import SimpleNamespace
+
+    from tests.conftest import _GradedOnTheLane, graded_on_the_lane
+
+    class Config:
+        def __init__(self, **options):
+            self.options = {"--impl": "reference", "--exercise": None, "--grade-report": None, **options}
+            self.stash, self.deselected = pytest.Stash(), []
+            self.hook = SimpleNamespace(pytest_deselected=lambda items: self.deselected.extend(items))
+
+        def getoption(self, name):
+            return self.options[name]
+
+    def item(name: str, fixtures: tuple = (), points: bool = False):
+        marker = object() if points else None
+        return SimpleNamespace(name=name, fixturenames=fixtures, get_closest_marker=lambda m: marker)
+
+    grading = item("full marks", ("reference_graded",))
+    graded = [item("ring", points=True), item("buckets", points=True)]
+    other = item("pages")
+    assert graded_on_the_lane(Config(), [grading, other, *graded])
+    assert not graded_on_the_lane(Config(), [other, *graded])  # nothing reads the grading
+    for options in ({"--impl": "exercises"}, {"--exercise": "4.1"}, {"--grade-report": "out.json"}):
+        assert not graded_on_the_lane(Config(**options), [grading, *graded]), options
+    config, items = Config(), [grading, graded[0], other, graded[1]]
+    _GradedOnTheLane().pytest_collection_modifyitems(config, items)
+    assert [i.name for i in items] == ["full marks", "pages"] and config.deselected == graded
+    config, items = Config(**{"--impl": "exercises"}), [grading, *graded]
+    _GradedOnTheLane().pytest_collection_modifyitems(config, items)
+    assert len(items) == 3 and config.deselected == []
