@@ -328,8 +328,10 @@ def _grade(
 ) -> Report:
     labs = sorted(catalog()["labs"])
     environ = dict(os.environ if environ is None else environ)
-    if exercise is not None and exercise != "all":
-        lab = "0" + exercise.split(".")[0]
+    owners = labs
+    if exercise is not None and exercise != "all":  # one exercise, or several ("1.2,4.3"): their labs' tests
+        owners = sorted({f"{int(one.split('.')[0]):02d}" for one in exercise.split(",")})
+        lab = owners[0] if len(owners) == 1 else None
     saved = _saved(exercise, lab, impl_name, environ)
     if saved is not None:
         report = Report(saved, 0.0, lang, impl_name, _where(impl_name, environ))
@@ -337,7 +339,7 @@ def _grade(
         if show:
             print(report.text, flush=True)
         return report
-    files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else labs)]
+    files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else owners)]
     env = {**environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:

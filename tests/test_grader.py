@@ -145,8 +145,8 @@ def submit(config: pytest.Config) -> dict:
     runs = {name: spec for name, spec in RUNS.items() if name not in last}
     for folder, (exercise, _, _) in NAMED_CAUSES.items():
         runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": exercise}, {})
-    for (folder, lab), exercises in rule_runs().items():
-        runs[f"rules {folder} {lab}"] = (PITFALLS / folder, {"exercise": ",".join(exercises)}, {})
+    for folder, exercises in rule_runs().items():
+        runs[f"rules {folder}"] = (PITFALLS / folder, {"exercise": ",".join(exercises)}, {})
     runs.update({name: RUNS[name] for name in last})
     lane = background.lane(config)
     return {name: lane.submit(f"grader {name}", functools.partial(graded_run, spec)) for name, spec in runs.items()}
@@ -617,13 +617,13 @@ RULES = {
 }
 
 
-def rule_runs() -> dict[tuple[str, str], list[str]]:
-    """The rule folders' gradings, one per folder and lab: ``--exercise 4.1,4.2`` grades the tests of
-    both, each with only its own exercise the pitfall's (the reference stands in for the other), so a
-    test's result is the one a grading of its exercise alone gives."""
-    runs: dict[tuple[str, str], list[str]] = {}
+def rule_runs() -> dict[str, list[str]]:
+    """The rule folders' gradings, one per folder, every lab at once: ``--exercise 1.2,4.1,4.2`` grades
+    the tests of each, each with only its own exercise the pitfall's (the reference stands in for the
+    others), so a test's result is the one a grading of its exercise alone gives."""
+    runs: dict[str, list[str]] = {}
     for folder, exercise in RULES:
-        runs.setdefault((folder, f"{int(exercise.split('.')[0]):02d}"), []).append(exercise)
+        runs.setdefault(folder, []).append(exercise)
     return runs
 
 
@@ -632,15 +632,15 @@ def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, e
     """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ to
     fourth_rule_each/, one mistake per exercise in each; the others' rules are in
     tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and only they. A folder's
-    exercises of one lab are graded together, and each test runs with only its own exercise the
-    pitfall's, so the tests of ``exercise`` are read from that grading."""
-    report = report_of(graded, f"rules {folder} {exercise.split('.')[0].zfill(2)}")
+    exercises are graded together, every lab in one grading, and each test runs with only its own
+    exercise the pitfall's, so the tests of ``exercise`` are read from that grading."""
+    report = report_of(graded, f"rules {folder}")
     assert RULES[folder, exercise], f"{folder}/{exercise}: a rule's pitfall must lose at least one test"
     graded_here = [r for r in report.results if r.exercise == exercise]
     assert graded_here, f"no test of exercise {exercise} was graded:\n{report.text}"
     assert {r.name: r.points for r in graded_here if not r.passed} == RULES[folder, exercise], report.text
     assert all(r.kind == "failed" for r in graded_here if not r.passed), report.text
-    assert {r.exercise for r in report.results} == set(rule_runs()[folder, exercise.split(".")[0].zfill(2)])
+    assert {r.exercise for r in report.results} == set(rule_runs()[folder])
 
 
 def launch_of(*outcomes: dict | str) -> Launch:
