@@ -37,6 +37,9 @@ LAUNCHES = {
     "lab03_practice": "tests.test_lab03_practice:submit",
     "lab03_drill": "tests.test_checkpoints:submit_drill",
     "kernel_set_runs": "tests.test_kernel_sets:submit",
+    "ring_check": "tests.test_lab05_scripts:submit",
+    "fsdp_mistake_check": "tests.test_lab04_reference:submit_mistake",
+    "lab07_check": "tests.test_lab07_script:submit",
 }
 FIXTURES = {"reference_graded", "stubs_graded", "graded", "executed", *LAUNCHES}
 LOG_VARIABLE = "MINIGPT_LANE_LOG"  # a file: each run's start and end, seconds from the lane's start (JSON)

@@ -46,6 +46,7 @@ TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
 PIPE6 = "minigpt.runners.lab06_pipeline"
 MESH6 = "minigpt.runners.lab06_mesh"
+ND7 = "minigpt.runners.lab07_nd_parallel"
 PAGES = "minigpt.pages.site"
 GRADER = "minigpt.grader"
 
@@ -192,6 +193,12 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (MESH6, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
     (MESH6, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (MESH6, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
+    (ND7, [], ["dp_replicate 2 x dp_shard 2 x cp 1 x tp 2 = 8 ranks", "world size is 1"]),
+    (ND7, ["--tp", "2"], ["give all four degrees or none", "--dp-replicate, --dp-shard, --cp missing"]),
+    (ND7, ["--cp", "0"], ["--cp 0", "positive integer"]),
+    (ND7, ["--full"], ["--full", "add --check"]),
+    (ND7, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (ND7, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
     # the site's tables
@@ -240,6 +247,36 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     (RING5, ["--seq-lens", "36"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--seq-lens 36", "2 x cp = 8"]),
     (MESH6, ["--tp", "8"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--tp 8", "4 attention heads"]),
     (MESH6, ["--shard", "3"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4"}, ["--shard 3", "world size 4"]),
+    (
+        ND7,
+        ["--dp-replicate", "1", "--dp-shard", "1", "--cp", "1", "--tp", "8"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"},
+        ["--tp 8", "4 attention heads"],
+    ),
+    (
+        ND7,
+        ["--dp-replicate", "1", "--dp-shard", "2", "--cp", "3", "--tp", "1"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "6"},
+        ["--cp 3", "2 x cp = 6"],
+    ),
+    (
+        ND7,
+        ["--dp-replicate", "1", "--dp-shard", "6", "--cp", "1", "--tp", "1"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "6"},
+        ["dp_shard 6 = 6", "multiple of 6"],
+    ),
+    (
+        ND7,
+        ["--dp-replicate", "1", "--dp-shard", "4", "--cp", "1", "--tp", "2"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "1"},
+        ["--tp 2", "1 ranks of a node"],
+    ),
+    (
+        ND7,
+        [],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2"},
+        ["dp_shard 2 x cp 1 x tp 2 = 4 ranks per replica", "LOCAL_WORLD_SIZE"],
+    ),
 ]
 
 # run on each rank of one torchrun of two: every rank refuses, each with its rank
@@ -342,7 +379,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PIPE6, MESH6, PAGES, GRADER}
+        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
     )
 
 

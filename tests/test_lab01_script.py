@@ -41,7 +41,9 @@ def one_torchrun(args: list[str], **popen) -> subprocess.Popen:
 
 
 def start(command: list[str], **popen) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    from tests import launcher
+
+    env = {**launcher.environ(), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # the lane's on the second lane
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
     )

@@ -113,27 +113,48 @@ def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
     assert "speed" in r, "--rounds 1 times ours against FSDP2"
 
 
-def test_a_learners_mistake_fails_the_check_naming_its_rulers(tmp_path):
-    """lab/04_fsdp.py --check with tests/pitfalls/unpadded_fsdp/ as the learner's exercises (the
-    reduce-scatter buffer not padded parameter by parameter, so rank r's chunk is not its rows):
-    exit 1, and the lines name the float64 ruler (the algorithm) and FSDP2's (bit for bit)."""
-    import os
-
+def mistake_check(folder: Path) -> dict:
+    """lab/04_fsdp.py --check with tests/pitfalls/unpadded_fsdp/ as the learner's exercises: its exit
+    status, output and report, on the suite's second lane (tests/background.py)."""
+    from tests import launcher
     from tests.limits import limit
     from tests.test_lab01_script import start
 
-    report = tmp_path / "lab04.json"
+    report = folder / "lab04.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     command += ["lab/04_fsdp.py", "--check", "--impl", "exercises", "--steps", "3", "--short-steps", "1"]
     command += ["--fsdp2-steps", "2", "--test-sentences", "5", "--quiet", "--report", str(report)]
-    os.environ["MINIGPT_EXERCISES_DIR"] = str(Path(__file__).parent / "pitfalls" / "unpadded_fsdp")
+    env = {**launcher.environ(), "MINIGPT_EXERCISES_DIR": str(Path(__file__).parent / "pitfalls" / "unpadded_fsdp")}
+    launcher.LANE.environ, before = env, getattr(launcher.LANE, "environ", None)
     try:
         process = start(command)
     finally:
-        del os.environ["MINIGPT_EXERCISES_DIR"]
+        launcher.LANE.environ = before
     out, err = process.communicate(timeout=limit(240))
-    assert process.returncode == 1, (out[-2000:], err[-2000:])
-    r = json.loads(report.read_text())
+    return {"code": process.returncode, "out": out, "err": err, "report": report}
+
+
+def submit_mistake(config: pytest.Config):
+    from tests import background
+
+    return background.launch(config, "fsdp_mistake_check", "lab04 check of a mistake", mistake_check)
+
+
+@pytest.fixture(scope="module")
+def fsdp_mistake_check(request) -> dict:
+    from tests.limits import limit
+
+    return submit_mistake(request.config).result(timeout=limit(600))
+
+
+def test_a_learners_mistake_fails_the_check_naming_its_rulers(fsdp_mistake_check):
+    """lab/04_fsdp.py --check with tests/pitfalls/unpadded_fsdp/ as the learner's exercises (the
+    reduce-scatter buffer not padded parameter by parameter, so rank r's chunk is not its rows):
+    exit 1, and the lines name the float64 ruler (the algorithm) and FSDP2's (bit for bit)."""
+    found = fsdp_mistake_check
+    out, err = found["out"], found["err"]
+    assert found["code"] == 1, (out[-2000:], err[-2000:])
+    r = json.loads(found["report"].read_text())
     assert not r["criterion_pass"] and {"fp64_max_step_drift", "same_as_pytorch"} <= set(r["broken_rulers"]), r
     assert r["fp64_max_step_drift"] > 1e-3, r["fp64_max_step_drift"]
     assert "broken ruler fp64_max_step_drift: measured" in out and "check FAIL" in out, out[-2000:]

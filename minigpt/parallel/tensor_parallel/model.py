@@ -26,6 +26,13 @@ norms, the row-parallel biases and the position embedding then see only this ran
 their gradients are partial sums: :meth:`TPMiniGPT.sync_sequence_parallel_grads` all-reduces them
 once per step (a few KB, like DDP's gradients: per step, not per token, and not in the formula).
 
+**Context parallelism inside tensor parallelism** (``cp_group=...``, Lab 07): each rank also keeps
+only its ``T / cp`` tokens of every row (load-balanced, as :class:`.context_parallel.CPMiniGPT`),
+and attention on its local heads becomes :func:`.ring_attention.ring_attention` over the ``cp``
+group (its bytes on ``cp_counter``). The tensor-parallel all-reduces then carry ``(B, T/cp, C)``,
+and the loss is this rank's share of each row's masked mean (the counts from the whole row), so
+the ``cp`` ranks' gradients must be summed, not averaged, as context parallelism's are.
+
 Dropout is refused (``dropout > 0`` raises): replicated regions would need the same random draws on
 every rank and sharded ones different draws, which this lab does not build.
 """
@@ -51,6 +58,7 @@ from minigpt.parallel.tensor_parallel.layers import (
     masked_mean_per_sentence,
     padded_vocab_size,
 )
+from minigpt.parallel.tensor_parallel.ring_attention import positions, ring_attention
 
 
 def ring_all_reduce_bytes(size_bytes: float, n: int) -> float:
@@ -90,12 +98,17 @@ class TPAttention(nn.Module):
         self.qkv = ColumnParallelLinear.from_linear(attn.qkv, group, parts=3, **kw)  # [q_r | k_r | v_r]
         self.proj = RowParallelLinear.from_linear(attn.proj, group, **kw)
         self.register_buffer("mask", causal_mask(block_size), persistent=False)
+        self.ring: tuple | None = None  # (cp group, its counter, kit): set by TPMiniGPT for context parallelism
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qkv = self.qkv(x)  # (B, T, 3 C/tp): whole sequence even with sequence parallelism
         B, T, three_c = qkv.shape
         c = three_c // 3
         q, k, v = (t.view(B, T, self.local_heads, c // self.local_heads).transpose(1, 2) for t in qkv.split(c, 2))
+        if self.ring is not None:  # T is this rank's tokens: the other cp ranks' keys come round the ring
+            group, counter, kit = self.ring
+            y = ring_attention(q, k, v, group, counter, load_balanced=True, kit=kit)
+            return self.proj(y.transpose(1, 2).contiguous().view(B, T, c))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
         scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
         y = F.softmax(scores, dim=-1) @ v
@@ -148,10 +161,14 @@ class TPMiniGPT(nn.Module):
         counter: ByteCounter | None = None,
         pad_vocab: bool = True,
         kit: Kit | None = None,
+        cp_group: Group | None = None,
+        cp_counter: ByteCounter | None = None,
     ):
         super().__init__()
         cfg = model.config
         tp = dist.get_world_size(group)
+        if cp_group is not None and sequence_parallel:
+            raise ValueError("context parallelism inside tensor parallelism takes no sequence parallelism")
         if cfg.dropout:
             raise ValueError(f"TPMiniGPT supports no dropout; got dropout={cfg.dropout}")
         if cfg.n_head % tp:
@@ -167,12 +184,27 @@ class TPMiniGPT(nn.Module):
         self.wpe = nn.Embedding.from_pretrained(model.wpe.weight.detach().clone(), freeze=False)
         self.blocks = nn.ModuleList(TPBlock(b, cfg.n_head, cfg.block_size, group, **kw) for b in model.blocks)
         self.ln_f = _copy_norm(model.ln_f)
+        self.cp_group, self.cp, self.cp_rank = cp_group, 1, 0
+        if cp_group is not None:
+            self.cp, self.cp_rank = dist.get_world_size(cp_group), dist.get_rank(cp_group)
+            for b in self.blocks:
+                b.attn.ring = (cp_group, cp_counter, self.kit)
+
+    def local_tokens(self, t: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens of a ``(B, T, ...)`` tensor of whole rows (all of them without a cp group)."""
+        if self.cp_group is None:
+            return t
+        return t.index_select(1, positions(t.shape[1], self.cp, self.cp_rank, True).to(t.device))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None):
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than block_size {self.config.block_size}")
         pos = torch.arange(T, device=idx.device)
+        if self.cp_group is not None:
+            if T % (2 * self.cp):
+                raise ValueError(f"context parallelism needs T divisible by 2 cp: T={T}, cp={self.cp}")
+            pos, idx = self.local_tokens(pos.view(1, T))[0], self.local_tokens(idx)  # this rank's tokens
         if self.sequence_parallel:
             if T % self.tp:
                 raise ValueError(f"sequence parallelism needs T divisible by tp: T={T}, tp={self.tp}")
@@ -186,9 +218,14 @@ class TPMiniGPT(nn.Module):
         if loss_mask is None:
             loss_mask = torch.ones_like(targets, dtype=torch.bool)
         per_token = self.kit.vocab_parallel_cross_entropy(
-            logits, targets, self.wte.start, self.config.vocab_size, self.group, self.counter
+            logits, self.local_tokens(targets), self.wte.start, self.config.vocab_size, self.group, self.counter
         )
-        return logits, masked_mean_per_sentence(per_token, loss_mask)
+        if self.cp_group is None:
+            return logits, masked_mean_per_sentence(per_token, loss_mask)
+        # this rank's share: its masked losses of each row over the row's whole count, averaged over rows
+        counts = loss_mask.sum(dim=1).clamp(min=1).to(per_token.dtype)
+        local_mask = self.local_tokens(loss_mask).to(per_token.dtype)
+        return logits, ((per_token * local_mask).sum(dim=1) / counts).mean()
 
     def sequence_parallel_parameters(self) -> list[nn.Parameter]:
         """The parameters whole on every rank but fed only this rank's tokens under sequence

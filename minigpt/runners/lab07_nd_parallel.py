@@ -1,0 +1,557 @@
+"""Lab 07: every dimension at once - HSDP, FSDP, context and tensor parallelism on one N-D mesh.
+
+    torchrun --nproc_per_node=8 lab/07_nd_parallel.py --check --report out/lab07.json
+    torchrun --nproc_per_node=8 lab/07_nd_parallel.py --dp-replicate 1 --dp-shard 2 --cp 2 --tp 2 --check
+    # two "nodes" of four ranks on one machine:
+    torchrun --nnodes=2 --nproc_per_node=4 --node_rank=0 --master_addr=127.0.0.1 --master_port=29517 lab/07_nd_parallel.py --check &
+    torchrun --nnodes=2 --nproc_per_node=4 --node_rank=1 --master_addr=127.0.0.1 --master_port=29517 lab/07_nd_parallel.py --check
+
+The mesh is ``dp_replicate x dp_shard x cp x tp`` (:class:`~minigpt.parallel.mesh.nd.NDMesh`,
+Accelerate's order, tp innermost). Without degree flags, ``--check`` runs the lab's two layouts
+one after the other in one launch: HSDP x TP (2 x 2 x 1 x 2) and FSDP x CP x TP (1 x 2 x 2 x 2).
+Each is Lab 05's tensor parallelism (with its ring attention across the cp group) inside Lab 04's
+``fully_shard`` over the flattened ``dp_shard x cp`` group, with the replicas averaging the
+gradient shards (:mod:`minigpt.parallel.mesh.compose`), held against one process with the proof
+harness's rulers, its bytes per dimension against the model of each dimension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from minigpt import cli, grammar, impl
+from minigpt.parallel import launch, proof
+from minigpt.parallel.fsdp_by_hand.record import Recorder, ring_sent_bytes
+from minigpt.parallel.mesh import compose, torchrun_layout
+from minigpt.parallel.mesh.nd import DIMS, NDMesh, check_degrees
+from minigpt.parallel.ring import ByteCounter
+from minigpt.runners import entry
+from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
+
+PROG = "lab/07_nd_parallel.py"
+DEFAULT_STEPS = 20  # the harness's float64 ruler checks at least 20 steps (proof.FP64_MIN_STEPS)
+LAYOUTS = {  # the lab's two layouts, when no degree is given
+    "hsdp_tp": {"dp_replicate": 2, "dp_shard": 2, "cp": 1, "tp": 2},
+    "fsdp_cp_tp": {"dp_replicate": 1, "dp_shard": 2, "cp": 2, "tp": 2},
+}
+
+
+def name_of(mesh: NDMesh) -> str:
+    return " x ".join(str(s) for s in mesh.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# The composed model
+
+
+class NDSystem:
+    """MiniGPT on one N-D mesh, as the proof harness sees it (every rank of the world)."""
+
+    def __init__(self, cfg: TrainConfig, mesh: NDMesh, groups: dict):
+        from minigpt.parallel import fsdp_by_hand as fsdp
+        from minigpt.parallel.tensor_parallel import TPMiniGPT
+        from minigpt.parallel.tensor_parallel.kit import kit_for
+
+        self.cfg, self.mesh, self.groups = cfg, mesh, groups
+        self.rank = dist.get_rank()
+        self.coords = mesh.coords(self.rank)
+        self.dp_index = mesh.dp_index(self.rank)
+        self.counters = {d: ByteCounter() for d in ("tp", "cp", "dp_replicate", "tp_norm")}
+        self.recorder = Recorder()
+        tp = TPMiniGPT(
+            build_model(cfg),
+            group=groups["tp"],
+            counter=self.counters["tp"],
+            kit=kit_for(),
+            cp_group=groups["cp"] if mesh.cp > 1 else None,
+            cp_counter=self.counters["cp"],
+        )
+        cut = tp.sharded_parameters()  # kept alive: their ids name the TP slices below
+        cut_ids = {id(p) for p in cut}
+        self.unit_shapes = self._unit_shapes(tp)
+        unit_class = compose.with_replicas(
+            impl.load("lab04_fsdp", "FSDPUnit"), groups["dp_replicate"], self.counters["dp_replicate"]
+        )
+        for block in tp.blocks:
+            fsdp.fully_shard(block, groups["dp_shard_cp"], recorder=self.recorder, unit_class=unit_class)
+        fsdp.fully_shard(tp, groups["dp_shard_cp"], recorder=self.recorder, unit_class=unit_class)
+        self.tp_cut = {id(sp.shard) for u in fsdp.find_units(tp) for sp in u.params if sp.origin in cut_ids}
+        del cut
+        self.model = tp
+        self.root = compose.ShareTimesCP(tp, mesh.cp)
+        self.optimizer = build_optimizer(tp, cfg)
+        self.norm = proof.clip_capture(
+            self.optimizer,
+            lambda max_norm: compose.clip_grad_norm_(tp, max_norm, self.tp_cut, groups["tp"], self.counters["tp_norm"]),
+        )
+        self.sent: list[dict] = []
+        self.census: dict = {}
+        self.optimizer.register_step_post_hook(lambda *_: self.census.update(self._census()))
+
+    def _census(self) -> dict:
+        from minigpt.fsdp.memory import model_state_bytes
+
+        return model_state_bytes(self.model, self.optimizer)
+
+    @staticmethod
+    def _unit_shapes(tp) -> list[int]:
+        """The TP-local parameter counts of the units: the root (what no block holds), then each block."""
+        in_blocks = {id(p) for b in tp.blocks for p in b.parameters()}
+        root = [p for p in tp.parameters() if id(p) not in in_blocks]
+        return [[tuple(p.shape) for p in root]] + [[tuple(p.shape) for p in b.parameters()] for b in tp.blocks]
+
+    def reset(self) -> None:
+        for c in self.counters.values():
+            c.reset()
+        self.recorder.begin()
+
+    def bytes_per_dim(self) -> dict[str, int]:
+        """What this rank sent in the last step, along each dimension."""
+        step = self.recorder.current
+        shard = step.bytes_sent(("all-gather", "reduce-scatter", "all-reduce"))
+        return {
+            "tp": self.counters["tp"].sent + self.counters["tp_norm"].sent,
+            "cp": self.counters["cp"].sent,
+            "dp_shard_cp": shard,
+            "dp_replicate": self.counters["dp_replicate"].sent,
+        }
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        self.reset()
+        loss = train_step(self.root, self.optimizer, step, self.cfg, self.dp_index, self.mesh.dp)
+        self.sent.append(self.bytes_per_dim())
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)  # loss share x cp on every rank: the sum is world x the batch's loss
+        return float(total) / self.mesh.world_size, self.norm()
+
+    def _whole(self, local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """TP-local whole tensors by TPMiniGPT's names -> MiniGPT's whole tensors (over the tp group)."""
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        return self.model.full_state_dict(of=lambda p: local[names[id(p)]])
+
+    def tp_local_state(self) -> dict:
+        from minigpt.parallel import fsdp_by_hand as fsdp
+
+        return fsdp.whole_training_state(self.model, self.optimizer)
+
+    def whole_state(self) -> dict:
+        local = self.tp_local_state()
+        return {
+            "weights": self._whole(local["weights"]),
+            "moments": {k: self._whole(v) for k, v in local["moments"].items()},
+            "step": local["step"],
+        }
+
+    def first_step(self) -> proof.FirstStep:
+        from minigpt.parallel import fsdp_by_hand as fsdp
+        from minigpt.parallel.tensor_parallel import gather_logits
+        from minigpt.parallel.tensor_parallel.ring_attention import positions
+
+        cfg, mesh = self.cfg, self.mesh
+        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        rows = grammar.rank_slice(cfg.batch_size, self.dp_index, mesh.dp)
+        local, loss = self.root(x[rows], y[rows], mask[rows])
+        loss.backward()
+        logits = gather_logits(local, cfg.model_config().vocab_size, self.groups["tp"]).detach()
+        tokens = positions(x.shape[1], mesh.cp, self.coords["cp"], True) if mesh.cp > 1 else None
+        return proof.FirstStep(rows, logits, self._whole(fsdp.full_gradients(self.model)), tokens)
+
+    def digests(self) -> dict[str, str]:
+        """Digests of what must be the same bits: the TP-local whole parameters (every rank of the
+        same tp coordinate) and the TP-whole ones (every rank)."""
+        local = self.tp_local_state()["weights"]
+        cut_names = {n for n, p in self.model.named_parameters() if id(p) in self.tp_cut}
+        out = {}
+        for which, keep in (("tp_slice", True), ("whole", False)):
+            h = hashlib.sha256()
+            for n in sorted(local):
+                if (n in cut_names) == keep:
+                    h.update(local[n].numpy().tobytes())
+            out[which] = h.hexdigest()
+        return out
+
+
+class TorchNDSystem:
+    """PyTorch's own composition on the same ranks: ``init_device_mesh`` with the four named
+    dimensions, ``parallelize_module`` on the ``tp`` sub-mesh (Lab 05's comparison,
+    :mod:`~minigpt.parallel.tensor_parallel.torch_tp`), FSDP2's ``fully_shard`` of every block and the
+    root on the 2-D ``("dp_replicate", "dp_shard")`` sub-mesh (HSDP). PyTorch's context parallelism
+    does not run on CPU (its ring attention shards a flash-attention kernel that has no CPU
+    sharding strategy: ``NotImplementedError``), so with ``cp > 1`` the mesh is
+    ``(dp_replicate, dp_shard x cp, tp)``: the cp ranks are more data-parallel ranks, each with its
+    own rows of the same global batch, which is the same step."""
+
+    def __init__(self, cfg: TrainConfig, mesh: NDMesh):
+        import logging
+
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        # DTensor warns that a redistribution over several dimensions takes several collectives
+        logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+        self.cfg, self.mesh = cfg, mesh
+        if mesh.cp == 1:  # the four named dimensions; HSDP on the (dp_replicate, dp_shard) sub-mesh
+            dm = init_device_mesh("cpu", mesh.shape, mesh_dim_names=DIMS)
+            data = dm["dp_replicate", "dp_shard"]
+        else:  # no CP on CPU: its ranks are more shard ranks, dp_shard and cp one dimension
+            shape = (mesh.dp_replicate, mesh.dp_shard * mesh.cp, mesh.tp)
+            dm = init_device_mesh("cpu", shape, mesh_dim_names=("dp_replicate", "dp_shard_cp", "tp"))
+            data = dm["dp_replicate", "dp_shard_cp"]
+        self.tp_rank = dm.get_local_rank("tp")
+        self.dp = data.size()
+        self.dp_index = data.get_local_rank(0) * data.size(1) + data.get_local_rank(1)
+        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg)), dm["tp"])
+        for block in model.blocks:
+            fully_shard(block, mesh=data)
+        self.model = fully_shard(model, mesh=data)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.norm = proof.clip_capture(self.optimizer, lambda max_norm: torch_tp.clip_grad_norm_(self.model, max_norm))
+
+    def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
+        loss = train_step(self.model, self.optimizer, step, self.cfg, self.dp_index, self.dp)
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)  # every tp rank of a data-parallel rank has its rows' loss
+        return float(total) / self.mesh.world_size, self.norm()
+
+    def whole_state(self) -> dict:
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        return torch_tp.whole_state(self.model, self.optimizer)
+
+    def first_step(self) -> proof.FirstStep:
+        from minigpt.parallel.tensor_parallel import torch_tp
+
+        cfg = self.cfg
+        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        rows = grammar.rank_slice(cfg.batch_size, self.dp_index, self.dp)
+        logits, loss = self.model(x[rows], y[rows], mask[rows])
+        loss.backward()
+        return proof.FirstStep(rows, proof.whole(logits), torch_tp.whole_gradients(self.model))
+
+
+def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.Tensor:
+    """The whole batch's logits ``(B, T, V)`` on every rank, from each rank's rows and tokens: the
+    ranks with ``mine`` (one of each tensor-parallel group) put theirs in, one all-reduce adds them."""
+    out = torch.zeros(cfg.batch_size, cfg.block_size, cfg.model_config().vocab_size, dtype=torch.float64)
+    if mine:
+        tokens = torch.arange(cfg.block_size) if first.tokens is None else first.tokens
+        out[first.rows, tokens] = first.logits.detach().to(torch.float64)
+    dist.all_reduce(out)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# What the model says each dimension sends
+
+
+def bytes_model_per_dim(cfg: TrainConfig, mesh: NDMesh, unit_shapes: list[list[tuple]]) -> dict[str, int]:
+    """One rank's bytes in one step, along each dimension, from the formulas of the labs that taught
+    each (float32, ``accum`` = 1):
+
+    * ``tp``: theory page 02's tensor-parallel formula for this rank's rows and tokens
+      (``B/dp`` rows of ``T/cp`` tokens), plus the clipping norm's one number;
+    * ``cp``: ring attention's K and V round the ring, every layer, forward and backward, on
+      this rank's ``H/tp`` heads;
+    * ``dp_shard_cp``: Lab 02's unit-by-unit model of FSDP on the TP-local units (each tensor padded
+      to a multiple of ``S = dp_shard x cp`` rows; the root gathered once, each block twice; one
+      reduce-scatter per unit), plus the clipping norm's vector of one square per tensor;
+    * ``dp_replicate``: the replicas' all-reduce of each unit's gradient shard, ``2 (R-1)/R`` of it.
+    """
+    from minigpt.parallel.mesh import hsdp as mh
+    from minigpt.parallel.tensor_parallel.context_parallel import cp_bytes_per_step
+    from minigpt.parallel.tensor_parallel.model import ring_all_reduce_bytes, tp_bytes_per_step
+    from minigpt.zero import comm
+
+    S, R = mesh.dp_shard * mesh.cp, mesh.dp_replicate
+    rows, tokens = cfg.batch_size // mesh.dp, cfg.block_size // mesh.cp
+    tp = tp_bytes_per_step(rows, tokens, cfg.n_embd, cfg.n_layer, mesh.tp) + ring_all_reduce_bytes(4, mesh.tp)
+    cp = 0.0
+    if mesh.cp > 1:
+        head_dim = cfg.n_embd // cfg.n_head
+        cp = cp_bytes_per_step(rows, cfg.n_head // mesh.tp, cfg.block_size, head_dim, cfg.n_layer, mesh.cp)
+    padded = [sum(comm.padded(s[0], S) * (int(torch.Size(s).numel()) // s[0]) for s in unit) for unit in unit_shapes]
+    per_dim = mh.hsdp_bytes_per_dim(padded, S, R, 4, 4, [False] + [True] * (len(padded) - 1))
+    tensors = sum(len(unit) for unit in unit_shapes)
+    norm = ring_sent_bytes("all-reduce", 4 * tensors, S) if S > 1 else 0
+    return {
+        "tp": round(tp),
+        "cp": round(cp),
+        "dp_shard_cp": per_dim["shard"] + norm,
+        "dp_replicate": per_dim["replicate"],
+    }
+
+
+def model_states_model(mesh: NDMesh, unit_shapes: list[list[tuple]]) -> int:
+    """The model states one rank holds after an optimizer step (float32, AdamW): its FSDP shard of
+    every TP-local tensor (each padded to a multiple of ``dp_shard x cp`` rows, cut in equal shards),
+    as weights (4 bytes an element), gradients (4) and AdamW's two moments (8), and AdamW's step
+    counter, one float32 per tensor."""
+    from minigpt.zero import comm
+
+    n = mesh.dp_shard * mesh.cp
+    elements = sum(comm.padded(s[0], n) * (int(torch.Size(s).numel()) // s[0]) for unit in unit_shapes for s in unit)
+    return 16 * elements // n + 4 * sum(len(unit) for unit in unit_shapes)
+
+
+# ----------------------------------------------------------------------------------------------
+# One layout, proved
+
+
+def against_pytorch(cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.DistContext) -> dict:
+    """PyTorch's composition on the same mesh: the first step's logits of the whole batch against
+    ours, and its own float32 step drift over the same run."""
+    from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
+
+    f32 = replace(cfg, dtype="float32")
+    ours = NDSystem(f32, mesh, groups)
+    mine = batch_logits(ours.first_step(), ours.coords["tp"] == 0, f32)
+    torch_first = TorchNDSystem(f32, mesh)
+    theirs = batch_logits(torch_first.first_step(), torch_first.tp_rank == 0, f32)
+    run = proof.run_with_twin(TorchNDSystem(cfg, mesh), cfg, ctx, twin_norm="run")
+    return {
+        "pytorch_impl": "init_device_mesh + parallelize_module on tp + fully_shard (HSDP) on "
+        "(dp_replicate, dp_shard)"
+        + (
+            "; PyTorch's context parallelism does not run on CPU: its cp ranks are data parallel" if mesh.cp > 1 else ""
+        ),
+        "pytorch_first_step_logit_diff": float((mine - theirs).abs().max()),
+        "pytorch_fp32_max_step_drift": run.drift.worst,
+        "pytorch_one_step_bound": PYTORCH_ONE_STEP_BOUND,
+        "pytorch_drift_bound": drift_bound(run.drift.worst),
+    }
+
+
+def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    groups = compose.build_groups(mesh, ctx.rank)
+    check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
+    build = lambda c: NDSystem(c, mesh, groups)  # noqa: E731
+    if args.check:
+        check.first_step(build, cfg, ctx)
+        check.float64(build, cfg, ctx, args.fp64_steps)
+    system = build(cfg)
+
+    def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
+        if ctx.is_main and not args.quiet:
+            launch.log(ctx, f"{name_of(mesh)} step {step + 1}/{cfg.steps}: loss {loss:.4f}")
+
+    run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", on_step=on_step, check=args.check)
+    theirs = {}
+    if args.check:
+        check.float32(run)
+        theirs = against_pytorch(cfg, mesh, groups, ctx)
+        check.report.update(theirs)
+    digests = [None] * ctx.world_size
+    dist.all_gather_object(digests, system.digests())
+    same_tp = {}
+    for r, d in enumerate(digests):
+        same_tp.setdefault(mesh.coords(r)["tp"], set()).add(d["tp_slice"])
+    model = bytes_model_per_dim(cfg, mesh, system.unit_shapes)
+    states = model_states_model(mesh, system.unit_shapes)
+    every_rank = [None] * ctx.world_size
+    dist.all_gather_object(every_rank, (system.sent[-1] == model, system.census["total"]))
+    return {
+        "mesh": mesh.degrees(),
+        "groups": {
+            **{d: [list(g) for g in mesh.groups(d)] for d in DIMS},
+            "dp_shard_cp": [list(g) for g in mesh.groups(compose.SHARD_DIMS)],
+        },
+        "final_loss": run.losses[-1],
+        "bytes_per_dim": system.sent[-1],
+        "bytes_model_per_dim": model,
+        "bytes_every_rank_equal_model": all(same for same, _ in every_rank),
+        "memory_per_rank": {
+            "measured": system.census["total"],
+            "model": states,
+            "every_rank": [held for _, held in every_rank],
+            "census": system.census,
+        },
+        "bytes_constant_over_steps": all(s == system.sent[0] for s in system.sent),
+        "ranks_bit_identical": all(len(s) == 1 for s in same_tp.values()) and len({d["whole"] for d in digests}) == 1,
+        "step_drift": run.summary() if args.check else None,
+        "rulers": check.report,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = cli.torchrun_parser(PROG, __doc__, nproc="8")
+    for d in DIMS:
+        p.add_argument(
+            f"--{d.replace('_', '-')}",
+            type=cli.POSITIVE_INT,
+            default=None,
+            help=f"the {d} degree (all four or none: none runs the lab's two layouts)",
+        )
+    p.add_argument("--steps", type=cli.POSITIVE_INT, default=DEFAULT_STEPS, help="training steps of each layout")
+    p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and the batches")
+    entry.add_check_flags(p)
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+    )
+    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world_size: int, local_world_size: int) -> tuple[TrainConfig, list[NDMesh]]:
+    cfg = TrainConfig(steps=args.steps, seed=args.seed)
+    if args.report:
+        cli.output_file(args.report, "--report")
+    given = {d: getattr(args, d) for d in DIMS if getattr(args, d) is not None}
+    if given and len(given) != len(DIMS):
+        missing = ", ".join(f"--{d.replace('_', '-')}" for d in DIMS if d not in given)
+        raise ValueError(f"give all four degrees or none: {missing} missing")
+    layouts = [given] if given else list(LAYOUTS.values())
+    meshes = [
+        check_degrees(
+            world_size,
+            local_world_size,
+            degrees,
+            n_head=cfg.n_head,
+            seq_len=cfg.block_size,
+            batch_size=cfg.batch_size,
+        )
+        for degrees in layouts
+    ]
+    return cfg, meshes
+
+
+def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    t_start = time.perf_counter()
+    launch.log(
+        ctx,
+        f"MiniGPT {build_model(cfg).num_params():,} parameters | {ctx.world_size} ranks ({ctx.backend}) | "
+        + " then ".join(m.describe() for m in meshes)
+        + f" | {cfg.steps} steps",
+    )
+    layouts = {}
+    for mesh in meshes:
+        layouts[name_of(mesh)] = run_layout(cfg, mesh, args, ctx)
+    first = next(iter(layouts.values()))
+    report: dict = {
+        "world_size": ctx.world_size,
+        "steps": cfg.steps,
+        "layouts": layouts,
+        "bytes_per_dim": first["bytes_per_dim"],
+        "bytes_model_per_dim": first["bytes_model_per_dim"],
+    }
+    if args.check:
+        worst = lambda key: max(layout["rulers"][key] for layout in layouts.values())  # noqa: E731
+        report.update(
+            fp64_max_step_drift=worst("fp64_max_step_drift"),
+            fp64_steps=min(layout["rulers"]["fp64_steps"] for layout in layouts.values()),
+            fp32_first_step_logit_diff=worst("fp32_first_step_logit_diff"),
+            fp32_first_step_grad_diff=worst("fp32_first_step_grad_diff"),
+            fp32_max_step_drift=worst("fp32_max_step_drift"),
+            fp32_worst_step=max(layouts.values(), key=lambda x: x["rulers"]["fp32_max_step_drift"])["rulers"][
+                "fp32_worst_step"
+            ],
+            fp32_steps=min(layout["rulers"]["fp32_steps"] for layout in layouts.values()),
+            fp32_norm_rel_diff=worst("fp32_norm_rel_diff"),
+            fp32_twin_clips_with="run",
+            ranks_bit_identical=all(layout["ranks_bit_identical"] for layout in layouts.values()),
+            pytorch_impl="; ".join(f"{k}: {v['rulers']['pytorch_impl']}" for k, v in layouts.items()),
+            pytorch_first_step_logit_diff=worst("pytorch_first_step_logit_diff"),
+            pytorch_max_diff=worst("pytorch_first_step_logit_diff"),
+            pytorch_fp32_max_step_drift=worst("pytorch_fp32_max_step_drift"),
+            same_as_pytorch=all(
+                r["pytorch_first_step_logit_diff"] <= r["pytorch_one_step_bound"]
+                and r["fp32_max_step_drift"] <= r["pytorch_drift_bound"]
+                for r in (layout["rulers"] for layout in layouts.values())
+            ),
+        )
+        report.update(verdict(report).keys())
+    return entry.finish(report, args, ctx, summary, t_start)
+
+
+def verdict(report: dict) -> proof.Verdict:
+    v = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run", report=report).judge()
+    for name, layout in report["layouts"].items():
+        r = layout["rulers"]
+        v.at_most(
+            f"{name}.fp32_max_step_drift",
+            r["fp32_max_step_drift"],
+            r["pytorch_drift_bound"],
+            f"within 1e-5, or at most 2 x PyTorch's composition ({r['pytorch_fp32_max_step_drift']:.2e})",
+        )
+        v.at_most(
+            f"{name}.pytorch_first_step_logit_diff",
+            r["pytorch_first_step_logit_diff"],
+            r["pytorch_one_step_bound"],
+            "the whole batch's logits against PyTorch's composition",
+        )
+        v.equal(f"{name}.bytes_per_dim", layout["bytes_per_dim"], layout["bytes_model_per_dim"], "rank 0")
+        v.true(f"{name}.bytes_every_rank_equal_model", layout["bytes_every_rank_equal_model"], "each rank its own")
+        v.true(f"{name}.bytes_constant_over_steps", layout["bytes_constant_over_steps"])
+        memory = layout["memory_per_rank"]
+        v.true(
+            f"{name}.memory_per_rank",
+            all(held == memory["model"] for held in memory["every_rank"]),
+            f"model states after the step, every rank = {memory['model']:,} B",
+        )
+        v.true(f"{name}.ranks_bit_identical", layout["ranks_bit_identical"], "same tp coordinate, same bits")
+    return v
+
+
+def summary(report: dict) -> list[str]:
+    lines = []
+    for name, layout in report["layouts"].items():
+        sent, model = layout["bytes_per_dim"], layout["bytes_model_per_dim"]
+        parts = ", ".join(f"{d} {sent[d]:,} (model {model[d]:,})" for d in sent)
+        memory = layout["memory_per_rank"]
+        lines.append(
+            f"{name}: bytes per step {parts}; model states per rank {memory['measured']:,} B (model "
+            f"{memory['model']:,}); final loss {layout['final_loss']:.4f}"
+        )
+    if report.get("rulers"):
+        lines += proof.Verdict.of(report).lines()
+    return lines
+
+
+def render(path) -> list:
+    """The report's lines (the page's tables come with the lab's page)."""
+    print("\n".join(summary(json.loads(Path(path).read_text(encoding="utf-8")))))
+    return []
+
+
+def check_settings(args: argparse.Namespace, world_size: int):
+    _, local_world_size = torchrun_layout()
+    return check_args(args, world_size, local_world_size)
+
+
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_settings,
+    lambda settings, args, ctx: measure(*settings, args, ctx),
+    render,
+    ("layouts", "bytes_per_dim"),
+    "out/lab07.json",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(LAB, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
