@@ -40,6 +40,7 @@ LAUNCHES = {
     "ring_check": "tests.test_lab05_scripts:submit",
     "fsdp_mistake_check": "tests.test_lab04_reference:submit_mistake",
     "lab07_check": "tests.test_lab07_script:submit",
+    "mesh_check": "tests.test_lab06_mesh_script:submit",
 }
 FIXTURES = {"reference_graded", "stubs_graded", "graded", "executed", *LAUNCHES}
 LOG_VARIABLE = "MINIGPT_LANE_LOG"  # a file: each run's start and end, seconds from the lane's start (JSON)

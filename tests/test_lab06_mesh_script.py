@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from minigpt.model import MiniGPT
 from minigpt.parallel import proof
 from minigpt.train import TrainConfig
 from minigpt.zero import comm
+from tests import background
 from tests.launcher import free_port
 from tests.limits import limit
 from tests.test_lab01_script import start
@@ -59,13 +62,28 @@ def two_nodes(args: list[str], timeout_s: float) -> list[str]:
     return [out for out, _ in outputs]
 
 
-def test_the_mesh_script_passes_its_check_on_two_nodes_of_two(tmp_path):
+def run_mesh_check(folder: Path) -> dict:
+    """The check on two "nodes" of two, its report: on the suite's second lane (tests/background.py),
+    from collection on; the test that reads it runs last."""
+    report = folder / "mesh.json"
+    two_nodes(["--check", "--steps", "4", "--quiet", "--report", str(report)], 280)
+    return json.loads(report.read_text())
+
+
+def submit(config: pytest.Config) -> Future:
+    return background.launch(config, "mesh_check", "lab06 mesh check on two nodes of two", run_mesh_check)
+
+
+@pytest.fixture(scope="module")
+def mesh_check(request) -> dict:
+    return submit(request.config).result(timeout=limit(600))
+
+
+def test_the_mesh_script_passes_its_check_on_two_nodes_of_two(mesh_check):
     """Two "nodes" of two ranks, 4 steps of each mesh: the degrees found from the layout, the step drift within Lab 01's 1e-5, one DP x TP step equal
     to one process, the bytes of every mesh dimension equal to the count by hand, the model states
     of rank 0 equal to 16 bytes per padded parameter over the shard degree plus AdamW's step counters."""
-    report = tmp_path / "mesh.json"
-    two_nodes(["--check", "--steps", "4", "--quiet", "--report", str(report)], 280)
-    r = json.loads(report.read_text())
+    r = mesh_check
     assert r["criterion_pass"] and r["world_size"] == 4, {k: r.get(k) for k in ("broken_rulers", "bytes_per_dim")}
     assert set(proof.REPORT_KEYS) <= set(r), sorted(r)
     assert r["mesh"] == {"hsdp": {"replicate": 2, "shard": 2}, "dp_tp": {"dp": 2, "tp": 2}}
