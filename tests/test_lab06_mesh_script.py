@@ -47,15 +47,15 @@ def hsdp_units() -> list[tuple[int, int]]:
     return [(padded(root), 1)] + [(padded(b.parameters()), 2) for b in model.blocks]
 
 
-def two_nodes(args: list[str], timeout_s: float) -> list[str]:
-    """lab/06_mesh.py on two "machines" of two ranks each (torchrun's static rendezvous on
+def two_nodes(args: list[str], timeout_s: float, script: str = "lab/06_mesh.py", nproc: int = 2) -> list[str]:
+    """``script`` on two "machines" of ``nproc`` ranks each (torchrun's static rendezvous on
     localhost); the two launches' stdout, after both ended with status 0."""
     port = free_port()
     nodes = []
     for node in (0, 1):
-        launch = ["--nnodes=2", "--nproc_per_node=2", f"--node_rank={node}", "--master_addr=127.0.0.1"]
+        launch = ["--nnodes=2", f"--nproc_per_node={nproc}", f"--node_rank={node}", "--master_addr=127.0.0.1"]
         command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--master_port={port}"]
-        nodes.append(start([*command, "lab/06_mesh.py", *args]))
+        nodes.append(start([*command, script, *args]))
     outputs = [n.communicate(timeout=limit(timeout_s)) for n in nodes]
     for n, (_, err) in zip(nodes, outputs):
         assert n.returncode == 0, err[-3000:]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -18,9 +17,8 @@ from minigpt.model import GPTConfig, MiniGPT
 from minigpt.parallel import proof
 from minigpt.train import TrainConfig
 from tests import background
-from tests.launcher import free_port
 from tests.limits import limit
-from tests.test_lab01_script import start
+from tests.test_lab06_mesh_script import two_nodes
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -72,23 +70,11 @@ def expected_bytes(layout: tuple[int, int, int, int]) -> dict[str, int]:
     return {"tp": round(tp), "cp": round(cp), "dp_shard_cp": round(shard), "dp_replicate": round(replicate)}
 
 
-def two_nodes(args: list[str], timeout_s: float) -> None:
-    port = free_port()
-    nodes = []
-    for node in (0, 1):
-        launch = ["--nnodes=2", "--nproc_per_node=4", f"--node_rank={node}", "--master_addr=127.0.0.1"]
-        command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--master_port={port}"]
-        nodes.append(start([*command, "lab/07_nd_parallel.py", *args]))
-    outputs = [n.communicate(timeout=limit(timeout_s)) for n in nodes]
-    for n, (_, err) in zip(nodes, outputs):
-        assert n.returncode == 0, err[-3000:]
-
-
 def check_two_nodes(folder: Path) -> dict:
     """The check of both layouts, 2 steps each, on two "nodes" of four: on the suite's second lane
     (tests/background.py), from collection on; the tests that read it run last."""
     path = folder / "lab07.json"
-    two_nodes(["--check", "--steps", "2", "--quiet", "--report", str(path)], 540)
+    two_nodes(["--check", "--steps", "2", "--quiet", "--report", str(path)], 540, "lab/07_nd_parallel.py", 4)
     return json.loads(path.read_text())
 
 
