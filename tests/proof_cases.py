@@ -14,7 +14,7 @@ from minigpt import grammar
 from minigpt.parallel import launch, proof
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
-CFG = TrainConfig(n_layer=2, steps=12, warmup=2)
+CFG = TrainConfig(n_layer=1, steps=12, warmup=2)
 
 
 class OneProcess:
@@ -58,8 +58,8 @@ def measure(name: str, hook, cfg: TrainConfig, ctx) -> dict:
     check = proof.Proof(proof.DATA_PARALLEL, twin_norm="run")
     build = lambda c: OneProcess(c, hook)  # noqa: E731
     check.first_step(build, cfg, ctx)
-    check.float64(build, cfg, ctx, 6)
-    check.float32(proof.run_with_twin(build(cfg), cfg, ctx, twin_norm="run", steps=6))
+    check.float64(build, cfg, ctx, 3)
+    check.float32(proof.run_with_twin(build(cfg), cfg, ctx, twin_norm="run", steps=3))
     verdict = check.judge()
     return {**check.report, **verdict.keys(), "lines": verdict.lines()}
 
