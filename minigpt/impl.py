@@ -91,6 +91,11 @@ REFERENCE: dict[str, dict[str, str]] = {
         "resolve_hsdp": "minigpt.parallel.mesh.degrees:resolve_hsdp",
         "hsdp_bytes_per_dim": "minigpt.parallel.mesh.hsdp:hsdp_bytes_per_dim",
     },
+    "lab07_nd_parallel": {
+        "mesh_groups": "minigpt.parallel.mesh.nd:mesh_groups",
+        "batch_plan": "minigpt.parallel.mesh.nd:batch_plan",
+        "whole_parameter": "minigpt.parallel.mesh.compose:whole_parameter",
+    },
 }
 
 
@@ -132,6 +137,9 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "6.2": ("lab06_pipeline", ("forward_step", "backward_step")),
     "6.3": ("lab06_mesh", ("resolve_hsdp",)),
     "6.4": ("lab06_mesh", ("hsdp_bytes_per_dim",)),
+    "7.1": ("lab07_nd_parallel", ("mesh_groups",)),
+    "7.2": ("lab07_nd_parallel", ("batch_plan",)),
+    "7.3": ("lab07_nd_parallel", ("whole_parameter",)),
 }
 
 

@@ -322,6 +322,12 @@ def lab06_mesh(impl_name: str) -> _Exercises:
     return _Exercises("lab06_mesh", impl_name)
 
 
+@pytest.fixture
+def lab07(impl_name: str) -> _Exercises:
+    """Lab 07's functions (mesh_groups, batch_plan, whole_parameter) under test."""
+    return _Exercises("lab07_nd_parallel", impl_name)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
     yield  # the outermost wrapper: the table comes after pytest's own summary, last on screen

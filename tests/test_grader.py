@@ -40,6 +40,7 @@ LABS = {
     "04": "FSDP from scratch",
     "05": "Tensor and context parallelism",
     "06": "Pipelines and meshes",
+    "07": "All dimensions at once",
 }
 PITFALLS = ROOT / "tests" / "pitfalls"
 
@@ -244,7 +245,7 @@ def test_an_exercise_earns_its_points_alone(graded):
     # the labs being worked on show every exercise, the others one line each; All together waits
     assert "waits for Exercises 0.1, 0.3, 0.4 (not written yet)" in report.text, report.text
     assert "waits for Exercises 1.1, 1.2, 1.4 (not written yet)" in report.text, report.text
-    for lab in ("04", "05", "06"):
+    for lab in ("04", "05", "06", "07"):
         assert f"Lab {lab} · {LABS[lab]} · 0/{lab_points(lab)} · nothing written yet" in report.text, report.text
 
 
@@ -280,7 +281,10 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
     deadlock check_schedule names before anything is sent) and received activations used without
     requires_grad_() (no input gradient to send back: the stage's own error, not its neighbour's
     timeout, is the reason), HSDP's two degrees swapped (the replica groups built across the wrong
-    ranks), and the gradients all-reduced over the whole world instead of the replica group."""
+    ranks), and the gradients all-reduced over the whole world instead of the replica group; for Lab 07
+    the mesh laid out with tp outermost (every dimension's groups on the wrong ranks), the data-parallel
+    index counted over every rank (a TP group's ranks given different rows), and FSDP's padding rows
+    kept in the whole parameter."""
     report = report_of(graded, "classic")
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -334,6 +338,13 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
         "test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2,
         "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,
         "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
+        "test_mesh_groups_of_the_labs_two_layouts": 2,
+        "test_mesh_groups_follow_the_mesh_order_whatever_the_dicts_order": 2,
+        "test_mesh_groups_flatten_several_dimensions_in_the_mesh_order": 1,
+        "test_batch_plan_gives_data_parallel_ranks_their_own_rows_and_tp_cp_ranks_the_same": 2,
+        "test_whole_parameter_undoes_the_tp_cut_and_the_fsdp_padding": 2,
+        "test_whole_parameter_of_a_tp_whole_tensor_is_a_new_tensor": 1,
+        "test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut": 1,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the likely cause, not "it crashed"
@@ -514,6 +525,12 @@ ONE_RULE_EACH = {
         "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
         "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
     },
+    "7.1": {"test_mesh_groups_flatten_several_dimensions_in_the_mesh_order": 1},  # flattened in the caller's order
+    "7.2": {"test_batch_plan_token_chunks_balance_the_causal_work": 2},  # two neighbouring chunks
+    "7.3": {  # the fused q, k, v weight joined as one block
+        "test_whole_parameter_puts_the_fused_qkv_weight_back": 2,
+        "test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut": 1,
+    },
 }
 
 
@@ -542,6 +559,9 @@ SECOND_RULE_EACH = {
     "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # GPipe's order
     "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # a degree of 2.5 taken
     "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # gradients counted at the weights' size
+    "7.1": {"test_mesh_groups_refuse_an_unknown_dimension": 1},  # "pp" quietly dropped
+    "7.2": {"test_batch_plan_refuses_what_does_not_split": 1},  # 10 rows over 4 ranks rounded down
+    "7.3": {"test_whole_parameter_of_a_tp_whole_tensor_is_a_new_tensor": 1},  # one shard rank: its piece, a view
 }
 # tests/pitfalls/third_rule_each/: a third rule of the stubs' contracts (types, orders, the sums'
 # rounding, what each side of a collective keeps), graded the same way

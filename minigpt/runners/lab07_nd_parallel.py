@@ -53,6 +53,37 @@ def name_of(mesh: NDMesh) -> str:
 # The composed model
 
 
+def batch_plan(mesh: NDMesh, rank: int, cfg: TrainConfig) -> tuple[range, torch.Tensor | None]:
+    """This rank's rows of the global batch and the positions of its tokens (None: the whole row),
+    from Exercise 7.2's ``batch_plan`` (the reference's or the learner's), refused with ValueError
+    unless the rows are one of ``dp`` equal consecutive slices and the chunks two different ones of
+    ``2 x cp``. (Whether they are the *right* ones, the proof's rulers say: another rank's rows or
+    tokens move the first step's logits and every step's drift.)"""
+    rows, chunks = impl.load("lab07_nd_parallel", "batch_plan")(mesh.degrees(), rank, cfg.batch_size, cfg.block_size)
+    per = cfg.batch_size // mesh.dp
+    if (
+        not isinstance(rows, range)
+        or rows.step != 1
+        or len(rows) != per
+        or rows.start % per
+        or not 0 <= rows.start < cfg.batch_size
+    ):
+        raise ValueError(
+            f"batch_plan(..., rank {rank}, batch {cfg.batch_size}, ...) returned rows {rows!r}: expected a range of "
+            f"{per} consecutive rows starting at a multiple of {per} (Exercise 7.2)"
+        )
+    parts = 2 * mesh.cp
+    if len(tuple(chunks)) != 2 or len(set(chunks)) != 2 or not all(c in range(parts) for c in chunks):
+        raise ValueError(
+            f"batch_plan(..., rank {rank}, ..., seq {cfg.block_size}) returned chunks {chunks!r}: expected two "
+            f"different chunk indices in 0..{parts - 1} (Exercise 7.2)"
+        )
+    if mesh.cp == 1:
+        return rows, None
+    size = cfg.block_size // parts
+    return rows, torch.cat([torch.arange(c * size, (c + 1) * size) for c in chunks])
+
+
 class NDSystem:
     """MiniGPT on one N-D mesh, as the proof harness sees it (every rank of the world)."""
 
@@ -64,7 +95,8 @@ class NDSystem:
         self.cfg, self.mesh, self.groups = cfg, mesh, groups
         self.rank = dist.get_rank()
         self.coords = mesh.coords(self.rank)
-        self.dp_index = mesh.dp_index(self.rank)
+        self.rows, self.tokens = batch_plan(mesh, self.rank, cfg)
+        self.dp_index = self.rows.start // (self.rows.stop - self.rows.start)
         self.counters = {d: ByteCounter() for d in ("tp", "cp", "dp_replicate", "tp_norm")}
         self.recorder = Recorder()
         tp = TPMiniGPT(
@@ -81,9 +113,14 @@ class NDSystem:
         unit_class = compose.with_replicas(
             impl.load("lab04_fsdp", "FSDPUnit"), groups["dp_replicate"], self.counters["dp_replicate"]
         )
+        originals = dict(tp.named_parameters())  # alive until the units are built: their ids name them
         for block in tp.blocks:
             fsdp.fully_shard(block, groups["dp_shard_cp"], recorder=self.recorder, unit_class=unit_class)
         fsdp.fully_shard(tp, groups["dp_shard_cp"], recorder=self.recorder, unit_class=unit_class)
+        name_of_id = {id(p): n for n, p in originals.items()}
+        # each TP-local parameter's FSDP piece on this rank, by name (Exercise 7.3 joins them)
+        self.pieces = {name_of_id[sp.origin]: sp for u in fsdp.find_units(tp) for sp in u.params}
+        del originals, name_of_id
         self.tp_cut = {id(sp.shard) for u in fsdp.find_units(tp) for sp in u.params if sp.origin in cut_ids}
         del cut
         self.model = tp
@@ -154,16 +191,38 @@ class NDSystem:
     def first_step(self) -> proof.FirstStep:
         from minigpt.parallel import fsdp_by_hand as fsdp
         from minigpt.parallel.tensor_parallel import gather_logits
-        from minigpt.parallel.tensor_parallel.ring_attention import positions
 
-        cfg, mesh = self.cfg, self.mesh
+        cfg = self.cfg
         x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
-        rows = grammar.rank_slice(cfg.batch_size, self.dp_index, mesh.dp)
+        rows = slice(self.rows.start, self.rows.stop)
         local, loss = self.root(x[rows], y[rows], mask[rows])
         loss.backward()
         logits = gather_logits(local, cfg.model_config().vocab_size, self.groups["tp"]).detach()
-        tokens = positions(x.shape[1], mesh.cp, self.coords["cp"], True) if mesh.cp > 1 else None
-        return proof.FirstStep(rows, logits, self._whole(fsdp.full_gradients(self.model)), tokens)
+        return proof.FirstStep(rows, logits, self._whole(fsdp.full_gradients(self.model)), self.tokens)
+
+    def whole_from_pieces(self) -> dict[str, torch.Tensor]:
+        """Every sharded parameter whole, on every rank, from the FSDP pieces of every rank's TP slice
+        (one ``all_gather_object``, not counted), joined by Exercise 7.3's ``whole_parameter`` (the
+        reference's or the learner's): what saving a checkpoint of this run must do. The replicas hold
+        the same pieces: those of replica 0 are used."""
+        join = impl.load("lab07_nd_parallel", "whole_parameter")
+        shard_rank = dist.get_group_rank(self.groups["dp_shard_cp"], self.rank)
+        mine = {n: (sp.shard.detach().clone(), sp.rows) for n, sp in self.pieces.items()}
+        everyone: list = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, (self.coords, shard_rank, mine))
+        S = self.mesh.dp_shard * self.mesh.cp
+        out = {}
+        for name, (tp_dim, parts) in self.model.tp_layout().items():
+            if name not in mine:
+                continue
+            pieces: list[list] = [[None] * S for _ in range(self.mesh.tp)]
+            for coords, s, theirs in everyone:
+                if coords["dp_replicate"] == 0:
+                    pieces[coords["tp"]][s] = theirs[name][0]
+            out[name] = join(pieces, mine[name][1], tp_dim, parts)
+        if "wte.weight" in out:  # Lab 05 pads the vocabulary to a multiple of tp: not part of MiniGPT
+            out["wte.weight"] = out["wte.weight"][: self.cfg.model_config().vocab_size]
+        return out
 
     def digests(self) -> dict[str, str]:
         """Digests of what must be the same bits: the TP-local whole parameters (every rank of the
@@ -358,22 +417,28 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
         same_tp.setdefault(mesh.coords(r)["tp"], set()).add(d["tp_slice"])
     model = bytes_model_per_dim(cfg, mesh, system.unit_shapes)
     states = model_states_model(mesh, system.unit_shapes)
+    joined, whole = system.whole_from_pieces(), system.whole_state()["weights"]
+    pieces_ok = all(
+        torch.is_tensor(t) and t.shape == whole[n].shape and t.dtype == whole[n].dtype and torch.equal(t, whole[n])
+        for n, t in joined.items()
+    ) and len(joined) == len(system.pieces)
     every_rank = [None] * ctx.world_size
-    dist.all_gather_object(every_rank, (system.sent[-1] == model, system.census["total"]))
+    dist.all_gather_object(every_rank, (system.sent[-1] == model, system.census["total"], pieces_ok))
     return {
         "mesh": mesh.degrees(),
         "groups": {
-            **{d: [list(g) for g in mesh.groups(d)] for d in DIMS},
-            "dp_shard_cp": [list(g) for g in mesh.groups(compose.SHARD_DIMS)],
+            **{d: [list(g) for g in compose.groups_along(mesh, d)] for d in DIMS},
+            "dp_shard_cp": [list(g) for g in compose.groups_along(mesh, compose.SHARD_DIMS)],
         },
+        "whole_from_pieces": {"parameters": len(joined), "bit_identical_every_rank": all(ok for *_, ok in every_rank)},
         "final_loss": run.losses[-1],
         "bytes_per_dim": system.sent[-1],
         "bytes_model_per_dim": model,
-        "bytes_every_rank_equal_model": all(same for same, _ in every_rank),
+        "bytes_every_rank_equal_model": all(same for same, *_ in every_rank),
         "memory_per_rank": {
             "measured": system.census["total"],
             "model": states,
-            "every_rank": [held for _, held in every_rank],
+            "every_rank": [held for _, held, _ in every_rank],
             "census": system.census,
         },
         "bytes_constant_over_steps": all(s == system.sent[0] for s in system.sent),
@@ -509,6 +574,12 @@ def verdict(report: dict) -> proof.Verdict:
             f"model states after the step, every rank = {memory['model']:,} B",
         )
         v.true(f"{name}.ranks_bit_identical", layout["ranks_bit_identical"], "same tp coordinate, same bits")
+        pieces = layout["whole_from_pieces"]
+        v.true(
+            f"{name}.whole_from_pieces",
+            pieces["bit_identical_every_rank"],
+            f"{pieces['parameters']} parameters joined from every rank's pieces (Exercise 7.3) = the gathered state",
+        )
     return v
 
 

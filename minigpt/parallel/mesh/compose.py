@@ -39,13 +39,38 @@ from minigpt.parallel.tensor_parallel import comm
 SHARD_DIMS = ("dp_shard", "cp")  # FSDP's group: the two dimensions flattened
 
 
+def groups_along(mesh: NDMesh, dims: str | tuple[str, ...]) -> list[tuple[int, ...]]:
+    """The groups along ``dims`` from Exercise 7.1's ``mesh_groups`` (the reference's or the
+    learner's, :func:`minigpt.impl.load`), refused with ValueError unless they cut the world into
+    groups of the right size, each rank in one: a wrong group would otherwise hang a collective."""
+    from minigpt import impl
+
+    found = impl.load("lab07_nd_parallel", "mesh_groups")(mesh.degrees(), dims)
+    names = (dims,) if isinstance(dims, str) else tuple(dims)
+    size = 1
+    for d in names:
+        size *= mesh.degrees()[d]
+    try:
+        groups = [tuple(int(r) for r in g) for g in found]
+    except TypeError:
+        groups = []
+    ranks = sorted(r for g in groups for r in g)
+    if ranks != list(range(mesh.world_size)) or any(len(g) != size for g in groups):
+        raise ValueError(
+            f"mesh_groups({mesh.degrees()}, {dims!r}) returned {found!r}: the groups must hold every rank "
+            f"0..{mesh.world_size - 1} once, {size} ranks each (Exercise 7.1)"
+        )
+    return groups
+
+
 def build_groups(mesh: NDMesh, rank: int) -> dict[str, dist.ProcessGroup]:
     """This rank's process group along each dimension (``"tp"``, ``"cp"``, ``"dp_shard"``,
-    ``"dp_replicate"``) and along FSDP's flattened ``"dp_shard_cp"``. Every rank creates every
-    group, in the same order (``dist.new_group`` is a collective over the whole world)."""
+    ``"dp_replicate"``) and along FSDP's flattened ``"dp_shard_cp"``, from :func:`groups_along`. Every
+    rank creates every group, in the same order (``dist.new_group`` is a collective over the whole
+    world)."""
     mine: dict[str, dist.ProcessGroup] = {}
     for name, dims in [*((d, d) for d in reversed(DIMS)), ("dp_shard_cp", SHARD_DIMS)]:
-        for members in mesh.groups(dims):
+        for members in groups_along(mesh, dims):
             group = dist.new_group(list(members))
             if rank in members:
                 mine[name] = group
@@ -114,3 +139,21 @@ def clip_grad_norm_(model: nn.Module, max_norm: float, tp_cut: set[int], tp_grou
         if p.grad is not None:
             p.grad.mul_(scale.to(p.grad.dtype))
     return norm
+
+
+def whole_parameter(pieces: list[list[torch.Tensor]], rows: int, tp_dim: int | None, parts: int = 1) -> torch.Tensor:
+    """Exercise 7.3's reference: one parameter whole again from every rank's FSDP piece of its TP slice.
+
+    ``pieces[t][s]`` is the piece that rank ``s`` of the shard group holds of tensor-parallel rank
+    ``t``'s slice: Lab 04's rows, the slice cut in equal row blocks along dimension 0 after padding it
+    with zero rows to a multiple of the shard degree. ``rows`` is the slice's true row count.
+    ``tp_dim`` says how tensor parallelism cut the parameter (:meth:`TPMiniGPT.tp_layout`): along
+    dimension 0 or 1, or not at all (None: every TP rank's slice is the whole parameter); with
+    ``parts`` > 1 (the fused q, k, v weight) each slice is ``parts`` blocks along ``tp_dim``, each cut
+    over the TP ranks on its own, and the whole is every rank's first block, then every rank's second,
+    and so on."""
+    slices = [torch.cat(list(by_shard), dim=0)[:rows] for by_shard in pieces]  # FSDP's padding dropped
+    if tp_dim is None:
+        return slices[0]
+    blocks = [s.chunk(parts, dim=tp_dim) for s in slices]
+    return torch.cat([b[i] for i in range(parts) for b in blocks], dim=tp_dim)

@@ -104,17 +104,8 @@ class NDMesh:
         return r
 
     def groups(self, dims: str | tuple[str, ...]) -> list[tuple[int, ...]]:
-        """The groups along ``dims`` (one dimension, or several flattened): the ranks whose other
-        coordinates are equal, each group in the flattened dimensions' row-major order; the groups in
-        the order of their lowest rank. Every rank is in exactly one group."""
-        along = _dims(dims)
-        by_rest: dict[tuple[int, ...], list[tuple[tuple[int, ...], int]]] = {}
-        for r in range(self.world_size):
-            c = self.coords(r)
-            rest = tuple(c[d] for d in DIMS if d not in along)
-            by_rest.setdefault(rest, []).append((tuple(c[d] for d in along), r))
-        groups = [tuple(r for _, r in sorted(members)) for members in by_rest.values()]
-        return sorted(groups, key=min)
+        """The groups along ``dims`` (:func:`mesh_groups`)."""
+        return mesh_groups(self.degrees(), dims)
 
     def group_of(self, rank: int, dims: str | tuple[str, ...]) -> tuple[int, ...]:
         """The group along ``dims`` that holds ``rank``."""
@@ -159,6 +150,30 @@ class NDMesh:
 
     def describe(self) -> str:
         return " x ".join(f"{d} {s}" for d, s in zip(DIMS, self.shape)) + f" = {self.world_size} ranks"
+
+
+def mesh_groups(degrees: dict[str, int], dims: str | tuple[str, ...]) -> list[tuple[int, ...]]:
+    """Exercise 7.1's reference: the groups of the mesh of ``degrees`` along ``dims`` (one dimension,
+    or several flattened into one): the ranks whose other coordinates are all equal. Each group lists
+    its ranks in the row-major order of the flattened dimensions (taken in the mesh's order, whatever
+    order ``dims`` names them in); the groups come in the order of their lowest rank, and every rank
+    is in exactly one group."""
+    mesh = NDMesh(**{d: degrees[d] for d in DIMS})
+    along = _dims(dims)
+    by_rest: dict[tuple[int, ...], list[tuple[tuple[int, ...], int]]] = {}
+    for r in range(mesh.world_size):
+        c = mesh.coords(r)
+        rest = tuple(c[d] for d in DIMS if d not in along)
+        by_rest.setdefault(rest, []).append((tuple(c[d] for d in along), r))
+    groups = [tuple(r for _, r in sorted(members)) for members in by_rest.values()]
+    return sorted(groups, key=min)
+
+
+def batch_plan(degrees: dict[str, int], rank: int, batch_size: int, seq_len: int) -> tuple[range, tuple[int, int]]:
+    """Exercise 7.2's reference: the rows of the global batch that ``rank`` trains on and the two
+    chunks of each row's tokens it holds (:meth:`NDMesh.batch_rows`, :meth:`NDMesh.token_chunks`)."""
+    mesh = NDMesh(**{d: degrees[d] for d in DIMS})
+    return mesh.batch_rows(rank, batch_size), mesh.token_chunks(rank, seq_len)
 
 
 def check_degrees(

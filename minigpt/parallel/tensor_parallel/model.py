@@ -264,6 +264,25 @@ class TPMiniGPT(nn.Module):
                     params.append(layer.bias)
         return params
 
+    def tp_layout(self) -> dict[str, tuple[int | None, int]]:
+        """How each parameter is cut over the group, by name: ``(tp_dim, parts)``. ``tp_dim`` is 0 for
+        a tensor cut in rows (the vocabulary shard, the column-parallel weights and biases), 1 for one
+        cut in columns (the row-parallel weights), None for one every rank holds whole; ``parts`` is
+        3 for the fused q, k, v weight, whose rows are cut part by part (each rank holds its rows of
+        q, then of k, then of v), else 1. :meth:`full_state_dict` joins the slices this way; Lab 07
+        joins them from FSDP's pieces (Exercise 7.3)."""
+        layout: dict[str, tuple[int | None, int]] = {n: (None, 1) for n, _ in self.named_parameters()}
+        layout["wte.weight"] = (0, 1)
+        for i, b in enumerate(self.blocks):
+            pre = f"blocks.{i}."
+            layout[pre + "attn.qkv.weight"] = (0, 3)
+            layout[pre + "attn.proj.weight"] = (1, 1)
+            layout[pre + "mlp.fc.weight"] = (0, 1)
+            if b.mlp.fc.bias is not None:
+                layout[pre + "mlp.fc.bias"] = (0, 1)
+            layout[pre + "mlp.proj.weight"] = (1, 1)
+        return layout
+
     def clip_grad_norm_(self, max_norm: float, counter: ByteCounter | None = None) -> torch.Tensor:
         """Clip every gradient by the norm of the **whole** model's gradient, as
         ``torch.nn.utils.clip_grad_norm_`` on the single-process model would (same scale,
