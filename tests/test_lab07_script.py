@@ -95,6 +95,10 @@ def test_both_layouts_pass_the_rulers_on_two_nodes_of_four(lab07_check):
     assert r["fp64_max_step_drift"] <= 1e-12, r["fp64_max_step_drift"]
     assert r["fp32_first_step_logit_diff"] <= 1e-5 and r["fp32_first_step_grad_diff"] <= 1e-5, r
     assert r["ranks_bit_identical"], {k: v["ranks_bit_identical"] for k, v in r["layouts"].items()}
+    # Exercise 7.3's join, run by the lab on every rank: every sharded parameter of MiniGPT (its 4 blocks'
+    # 10 each, the embedding, the position embedding, the final norm's 2) from every rank's pieces
+    for name, layout in r["layouts"].items():
+        assert layout["whole_from_pieces"] == {"parameters": 4 * 10 + 4, "bit_identical_every_rank": True}, name
 
 
 def test_the_groups_follow_from_the_coordinates_tp_innermost(lab07_check):

@@ -178,6 +178,46 @@ for _variant in ("ddp", "zero1", "fsdp2"):
         f"{_variant}: los mismos bytes en cada paso",
     )
 
+# Lab 07's rulers, one set per layout of the mesh: the key is "<layout>.<ruler>" ("2 x 2 x 1 x 2.bytes_per_dim")
+LAYOUT_WORDS: dict[str, tuple[str, str]] = {
+    "fp32_max_step_drift": (
+        "float32 step drift within 1e-5, or at most 2 x PyTorch's composition's",
+        "deriva por paso en float32 dentro de 1e-5, o como mucho 2 x la de la composición de PyTorch",
+    ),
+    "pytorch_first_step_logit_diff": (
+        "first step: the whole batch's logits against PyTorch's composition",
+        "primer paso: los logits del lote entero frente a la composición de PyTorch",
+    ),
+    "bytes_per_dim": ("rank 0's bytes per mesh dimension = the model", "bytes del rank 0 por dimensión = el modelo"),
+    "bytes_every_rank_equal_model": (
+        "every rank's bytes per mesh dimension = the model",
+        "bytes de cada rank por dimensión = el modelo",
+    ),
+    "bytes_constant_over_steps": ("the same bytes every step", "los mismos bytes en cada paso"),
+    "memory_per_rank": (
+        "model states per rank after a step = the model, every rank",
+        "estados del modelo por rank tras un paso = el modelo, en cada rank",
+    ),
+    "ranks_bit_identical": (
+        "ranks of the same tp coordinate bit-identical, TP-whole tensors on every rank",
+        "ranks de la misma coordenada tp idénticos bit a bit, tensores enteros en TP en cada rank",
+    ),
+    "whole_from_pieces": (
+        "every sharded parameter joined from every rank's pieces (Exercise 7.3) = the gathered state",
+        "cada parámetro fragmentado unido a partir de los trozos de cada rank (ejercicio 7.3) = el estado reunido",
+    ),
+}
+
+
+def words(key: str) -> tuple[str, str]:
+    """A ruler's words: its own, or, for Lab 07's ``"<layout>.<ruler>"``, the layout's name and the ruler's."""
+    if key in WORDS:
+        return WORDS[key]
+    layout, _, ruler = key.partition(".")
+    en, es = LAYOUT_WORDS[ruler]
+    return f"{layout}: {en}", f"{layout}: {es}"
+
+
 HEADER = {
     "en": "| ruler | what it holds | measured | criterion | verdict |",
     "es": "| regla | qué comprueba | medido | criterio | veredicto |",
@@ -195,6 +235,8 @@ def value(v, lang: str) -> str:
         return "0" if v == 0 else sci(v, lang)
     if v is None:
         return tr(lang, "none", "ninguna")
+    if isinstance(v, dict):  # Lab 07's bytes per mesh dimension
+        return " · ".join(f"{k} {value(x, lang)}" for k, x in v.items())
     return str(v)
 
 
@@ -204,6 +246,10 @@ def criterion(text: str, lang: str) -> str:
         return "≤ " + value(float(text[3:]), lang)
     if text.startswith("= "):
         body = text[2:]
+        if body.startswith("{"):  # a dict, as the verdict wrote it
+            import ast
+
+            return "= " + value(ast.literal_eval(body), lang)
         try:
             return "= " + value(int(body.replace(",", "")), lang)
         except ValueError:
@@ -218,7 +264,7 @@ def table(report: dict, lang: str) -> str:
     fields = {k: v for k, v in report.items() if isinstance(v, (int, float, str))}
     lines = [HEADER[lang], "| --- | --- | ---: | --- | --- |"]
     for r in report["rulers"]:
-        en, es = WORDS[r["key"]]
+        en, es = words(r["key"])
         lines.append(
             f"| `{r['key']}` | {tr(lang, en, es).format(**fields)} | {value(r['value'], lang)} | "
             f"{criterion(r['criterion'], lang)} | {tr(lang, *VERDICT[r['pass']])} |"

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minigpt import cli
-from minigpt.pages import figures, inline, lab02, lab03_reading, lab04, lab05, lab06, theory
+from minigpt.pages import figures, inline, lab02, lab03_reading, lab04, lab05, lab06, lab07, theory
 from minigpt.pages.lang import LANGS
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -47,6 +47,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "grad-norm-shards": theory.grad_norm_shards,
     **lab02.TABLES,  # Lab 02's page
     **lab04.TABLES,  # Lab 04's page
+    **lab07.TABLES,  # Lab 07's page: other frameworks' configurations, costed by the lab's bytes model
 }
 
 # Page fragments that are not tables, written beside them (build/tables/<name>-<lang>.md).
@@ -62,6 +63,7 @@ FIGURES: dict[str, Callable[[Path, str], None]] = {
     **lab04.FIGURES,  # Lab 04's page: a unit's life in one step (the committed run's schedule)
     **lab05.FIGURES,  # Lab 05's page: the cut MLP, the vocabulary-parallel loss, ring attention's masks
     **lab06.FIGURES,  # Lab 06's page: the bubble against m (model and committed runs), the 2 x 2 mesh
+    **lab07.FIGURES,  # Lab 07's page: the 8 ranks' groups in both layouts, the bytes per mesh dimension
 }
 
 

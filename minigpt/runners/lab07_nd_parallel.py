@@ -599,9 +599,11 @@ def summary(report: dict) -> list[str]:
 
 
 def render(path) -> list:
-    """The report's lines (the page's tables come with the lab's page)."""
+    """The report's lines, and the page's tables (:mod:`minigpt.pages.lab07`)."""
     print("\n".join(summary(json.loads(Path(path).read_text(encoding="utf-8")))))
-    return []
+    from minigpt.pages import lab07
+
+    return lab07.render(path)
 
 
 def check_settings(args: argparse.Namespace, world_size: int):
