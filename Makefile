@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06
+.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -33,7 +33,7 @@ help:
 	@echo "make check-pins  maintainers: do the pins of constraints.txt install on Python 3.10-3.14 on Linux"
 	@echo "             (x86_64, aarch64), macOS (arm64) and Windows (amd64)? pip's resolver is asked, nothing installed"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
-	@echo "             benchmark alone takes about 18 min); results-01 ... results-06 one lab."
+	@echo "             benchmark alone takes about 18 min); results-01 ... results-07 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
 	@echo "make check-times, make kernel-sets   maintainers: every lab's default --check timed (median of 3) and under"
 	@echo "             every kernel set the CPU supports (about 90 and 60 min); the guides show both tables"
@@ -121,9 +121,10 @@ clean:
 # date, and run the page tests: the numbers the pages quote must still be the measured ones.
 TORCHRUN := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2
 TORCHRUN4 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=4
+TORCHRUN8 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=8
 RESULTS  := lab/results
 
-results: results-01 results-02 results-03 results-04 results-05 results-06
+results: results-01 results-02 results-03 results-04 results-05 results-06 results-07
 
 # Maintainers: every lab's default --check timed as a learner runs it (the median of 3; on a quiet machine: it is
 # a benchmark), and run under each kernel set the CPU supports (its rulers). The lab guides show both tables.
@@ -186,3 +187,7 @@ results-06: $(STAMP)
 	$(PY) lab/06_pipeline.py --render $(RESULTS)/06-pipeline-4-cpu.json
 	$(TORCHRUN4) lab/06_mesh.py --check --full --quiet --shard 2 --report $(RESULTS)/06-mesh-cpu.json
 	$(PY) lab/06_mesh.py --render $(RESULTS)/06-mesh-cpu.json
+
+results-07: $(STAMP)
+	$(TORCHRUN8) lab/07_nd_parallel.py --check --quiet --report $(RESULTS)/07-nd-parallel-cpu.json
+	$(PY) lab/07_nd_parallel.py --render $(RESULTS)/07-nd-parallel-cpu.json

@@ -160,7 +160,7 @@ def test_every_exercise_has_a_your_turn_cell_then_a_grade_cell(path):
 
 # The notebooks of the labs that teach before they prove (issue 29): a hint cell per exercise, tables
 # shown as Markdown, pictures as figures, no guessed run time.
-TEACH_FIRST = [p for p in ENGLISH if p.name[:2] in ("04", "05", "06")]
+TEACH_FIRST = [p for p in ENGLISH if p.name[:2] in ("04", "05", "06", "07")]
 HINT_CALL = re.compile(r'^hint\("(\d+\.\d+)", lang=LANG\)$', re.M)
 GUESSED_TIME = re.compile(
     r"\b(?:a few|several|about|around|unos|unas|cerca de|alrededor de)\s+(?:[\w-]+\s+){0,3}?"

@@ -49,8 +49,16 @@ CHECKS: list[tuple[str, str, int, list[str]]] = [
     ("06", "pipeline", 2, ["lab/06_pipeline.py", "--check"]),
     ("06", "pipeline-gpipe", 4, ["lab/06_pipeline.py", "--check", "--schedule", "gpipe"]),
     ("06", "mesh", 4, ["lab/06_mesh.py", "--check", "--shard", "2"]),
+    ("07", "nd-parallel", 8, ["lab/07_nd_parallel.py", "--check"]),
 ]
-QUIET = {"lab/01_ddp.py", "lab/04_fsdp.py", "lab/05_tensor_parallel.py", "lab/06_pipeline.py", "lab/06_mesh.py"}
+QUIET = {
+    "lab/01_ddp.py",
+    "lab/04_fsdp.py",
+    "lab/05_tensor_parallel.py",
+    "lab/06_pipeline.py",
+    "lab/06_mesh.py",
+    "lab/07_nd_parallel.py",
+}
 
 
 def run_check(ranks: int, script: list[str], report: Path, env: dict, timeout_s: float) -> tuple[int, float, str]:
@@ -98,7 +106,7 @@ def machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter)
     p.add_argument("what", choices=("times", "kernel-sets"), help="time the checks, or run them under each kernel set")
-    p.add_argument("--only", default=None, help="comma list of labs (01, 02, 04, 05, 06); default: all")
+    p.add_argument("--only", default=None, help="comma list of labs (01, 02, 04, 05, 06, 07); default: all")
     p.add_argument("--repeats", type=cli.POSITIVE_INT, default=3, help="times: runs of each check (the median is kept)")
     p.add_argument("--out", default="out", help="folder for checks-<what>-cpu.json and its tables")
     p.add_argument("--timeout", type=cli.SECONDS, default=1800.0, help="seconds one check may take")

@@ -500,6 +500,17 @@ def check_args(args: argparse.Namespace, world_size: int, local_world_size: int)
     return cfg, meshes
 
 
+def peak_rss_kb() -> int | None:
+    """This process's peak resident memory in kB (``getrusage``'s ``ru_maxrss``: kB on Linux, bytes on
+    macOS), or None where the ``resource`` module does not exist (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak
+
+
 def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     t_start = time.perf_counter()
     launch.log(
@@ -512,12 +523,17 @@ def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ct
     for mesh in meshes:
         layouts[name_of(mesh)] = run_layout(cfg, mesh, args, ctx)
     first = next(iter(layouts.values()))
+    peaks: list = [None] * ctx.world_size
+    dist.all_gather_object(peaks, peak_rss_kb())
     report: dict = {
         "world_size": ctx.world_size,
         "steps": cfg.steps,
         "layouts": layouts,
         "bytes_per_dim": first["bytes_per_dim"],
         "bytes_model_per_dim": first["bytes_model_per_dim"],
+        # each rank's own peak resident memory, and their sum: what the 8 processes need at most together
+        "peak_rss_kb_per_rank": peaks,
+        "peak_rss_kb": sum(peaks) if all(p is not None for p in peaks) else None,
     }
     if args.check:
         worst = lambda key: max(layout["rulers"][key] for layout in layouts.values())  # noqa: E731
@@ -592,6 +608,10 @@ def summary(report: dict) -> list[str]:
         lines.append(
             f"{name}: bytes per step {parts}; model states per rank {memory['measured']:,} B (model "
             f"{memory['model']:,}); final loss {layout['final_loss']:.4f}"
+        )
+    if report.get("peak_rss_kb"):
+        lines.append(
+            f"peak resident memory, each rank's own summed over the {report['world_size']} ranks: {report['peak_rss_kb']:,} kB"
         )
     if report.get("rulers"):
         lines += proof.Verdict.of(report).lines()

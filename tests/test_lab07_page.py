@@ -1,0 +1,147 @@
+"""The Lab 07 guide shows measured tables and makes a few claims; each is tied here to the committed run
+(lab/results/07-nd-parallel-cpu.json, written by ``make results-07``) and to numbers worked out in this
+file: the groups from the coordinates, each dimension's bytes from the shapes of a MiniGPT-shaped model
+(MiniGPT itself, and the 8B-class model of the page's table of other frameworks' configurations)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minigpt.model import GPTConfig
+from minigpt.pages import lab07
+from minigpt.pages.lang import num, sci
+from minigpt.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "lab" / "results"
+REPORT = "07-nd-parallel-cpu.json"
+PAGES = {"en": ROOT / "lab" / "07-nd-parallel.md", "es": ROOT / "lab" / "07-nd-parallel.es.md"}
+LAYOUTS = {"2 x 2 x 1 x 2": (2, 2, 1, 2), "1 x 2 x 2 x 2": (1, 2, 2, 2)}
+
+
+def load() -> dict:
+    return json.loads((RESULTS / REPORT).read_text())
+
+
+def bytes_by_hand(model: dict, layout: tuple[int, int, int, int], batch: int) -> dict[str, int]:
+    """One rank's float32 bytes per step along each dimension, for GPT-2 blocks of width E, depth L,
+    H heads, a vocabulary V (padded to a multiple of tp) and sequences of N tokens."""
+    R, S, C, T = layout
+    E, L, H, V, N = (model[k] for k in ("n_embd", "n_layer", "n_head", "vocab", "block_size"))
+    ring = lambda n: 2 * (n - 1) / n  # noqa: E731 - an all-reduce's factor
+    rows, tokens = batch // (R * S), N // C
+    # tp: four all-reduces of (rows, tokens, E) per block, the embedding's and the output layer's, the
+    # loss's three numbers per token, the clipping norm's one number
+    tp = ((4 * L + 2) * rows * tokens * E * 4 + 3 * rows * tokens * 4 + 4) * ring(T)
+    # cp: every layer's K and V of this rank's H/T heads, the whole row but its own chunks, both ways
+    cp = 2 * L * (C - 1) / C * 2 * rows * (H // T) * N * (E // H) * 4
+    # FSDP over S x C: the TP-local units, each tensor's rows padded to a multiple of S x C
+    n = S * C
+    root = [(math.ceil(V / T), E), (N, E), (E,), (E,)]
+    block = [
+        (E,),
+        (E,),
+        (3 * E // T, E),
+        (E, E // T),
+        (E,),
+        (E,),
+        (4 * E // T, E),
+        (4 * E // T,),
+        (E, 4 * E // T),
+        (E,),
+    ]
+    units = [root] + [block] * L
+    padded = [sum(math.ceil(s[0] / n) * n * math.prod(s[1:]) for s in unit) for unit in units]
+    gathers = [1] + [2] * L  # the root kept gathered for backward
+    shard = sum(4 * size * (g + 1) * (n - 1) / n for size, g in zip(padded, gathers))
+    shard += 4 * sum(len(u) for u in units) * ring(n)  # the norm's squares, one per tensor
+    replicate = sum(4 * size / n * ring(R) for size in padded)
+    return {"tp": round(tp), "cp": round(cp), "dp_shard_cp": round(shard), "dp_replicate": round(replicate)}
+
+
+def minigpt_shape() -> dict:
+    c = GPTConfig()
+    return {
+        "n_embd": c.n_embd,
+        "n_layer": c.n_layer,
+        "n_head": c.n_head,
+        "vocab": c.vocab_size,
+        "block_size": c.block_size,
+    }
+
+
+def test_the_run_proves_what_the_page_says():
+    r = load()
+    assert r["criterion_pass"] and r["world_size"] == 8 and list(r["layouts"]) == list(LAYOUTS)
+    for name, layout in LAYOUTS.items():
+        found = r["layouts"][name]
+        want = bytes_by_hand(minigpt_shape(), layout, TrainConfig().batch_size)
+        assert found["bytes_per_dim"] == found["bytes_model_per_dim"] == want, (name, found["bytes_per_dim"], want)
+        assert found["whole_from_pieces"] == {"parameters": 44, "bit_identical_every_rank": True}
+        memory = found["memory_per_rank"]
+        assert set(memory["every_rank"]) == {memory["model"]} == {memory["measured"]}
+        assert found["ranks_bit_identical"] and found["bytes_constant_over_steps"]
+
+
+def test_the_byte_model_of_the_examples_is_the_count_by_hand():
+    """The page's table of other frameworks' configurations: the lab's model (the function that equals
+    the measured bytes) against the count worked out here, for MiniGPT and for the 8B-class model."""
+    r = load()
+    for name, layout in LAYOUTS.items():
+        degrees = dict(zip(("dp_replicate", "dp_shard", "cp", "tp"), layout))
+        assert (
+            lab07.example_bytes(minigpt_shape(), degrees, TrainConfig().batch_size)
+            == r["layouts"][name]["bytes_model_per_dim"]
+        )
+    for _, _, degrees, batch in lab07.EXAMPLES:
+        layout = tuple(degrees[d] for d in ("dp_replicate", "dp_shard", "cp", "tp"))
+        assert lab07.example_bytes(lab07.EIGHT_B, degrees, batch) == bytes_by_hand(lab07.EIGHT_B, layout, batch)
+
+
+def test_the_figure_s_groups_are_the_coordinates():
+    r = load()
+    first, second = r["layouts"]["2 x 2 x 1 x 2"]["groups"], r["layouts"]["1 x 2 x 2 x 2"]["groups"]
+    assert first["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]] and first["dp_replicate"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert second["cp"] == [[0, 2], [1, 3], [4, 6], [5, 7]] and second["dp_shard_cp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+@pytest.mark.parametrize("name", [REPORT])
+def test_the_fragments_are_the_report_rendered(tmp_path, name):
+    copy = tmp_path / name
+    shutil.copy(RESULTS / name, copy)
+    written = lab07.render(copy)
+    assert [p.name for p in written] == [f"{copy.stem}-en.txt", f"{copy.stem}-es.txt"]
+    for lang in ("en", "es"):
+        fragment = f"{copy.stem}-{lang}.txt"
+        assert (tmp_path / fragment).read_text() == (RESULTS / fragment).read_text(), f"re-render {name}"
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_shows_the_tables_and_quotes_the_run(lang):
+    text = PAGES[lang].read_text(encoding="utf-8")
+    for source in (
+        f"lab/results/07-nd-parallel-cpu-{lang}.txt:rulers",
+        f"lab/results/07-nd-parallel-cpu-{lang}.txt:layouts",
+        f"lab/results/checks-times-cpu-{lang}.txt:07",
+        f"lab/results/checks-kernel-sets-cpu-{lang}.txt:07",
+        f"build/tables/nd-examples-{lang}.md",
+    ):
+        assert f"generated from {source}" in text, source
+    for figure in ("nd-mesh-groups", "nd-bytes-per-dim"):
+        assert f"../figures/{figure}-{lang}.png" in text, figure
+    r = load()
+    first, second = r["layouts"]["2 x 2 x 1 x 2"], r["layouts"]["1 x 2 x 2 x 2"]
+    prose = text.split("<!-- generated from")[0] + "".join(
+        part.split("<!-- end of", 1)[-1] for part in text.split("<!-- generated from")[1:]
+    )
+    for memory in (first["memory_per_rank"]["model"], second["memory_per_rank"]["model"]):
+        assert num(memory, lang) in prose, memory
+    assert sci(second["rulers"]["pytorch_first_step_logit_diff"], lang) in prose
+    assert first["rulers"]["pytorch_first_step_logit_diff"] == 0
+    peak = r["peak_rss_kb"]
+    assert num(peak, lang) in prose and num(round(peak / 1e6, 1), lang, 1) + " GB" in prose, peak
