@@ -24,7 +24,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "lab" / "results"
 REPORT = RESULTS / "07-nd-parallel-cpu.json"
 DIMS = ("tp", "cp", "dp_shard_cp", "dp_replicate")
 DIM_WORDS = {
-    "tp": ("tensor parallel: every layer's all-reduces", "paralelismo de tensor: los all-reduce de cada capa"),
+    "tp": ("tensor parallel: every layer's all-reduces", "paralelismo de tensores: los all-reduce de cada capa"),
     "cp": ("context parallel: ring attention's K and V", "paralelismo de contexto: K y V de la atención en anillo"),
     "dp_shard_cp": (
         "FSDP over dp_shard x cp: all-gathers, reduce-scatters",
