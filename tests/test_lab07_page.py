@@ -59,7 +59,9 @@ def bytes_by_hand(model: dict, layout: tuple[int, int, int, int], batch: int) ->
     padded = [sum(math.ceil(s[0] / n) * n * math.prod(s[1:]) for s in unit) for unit in units]
     gathers = [1] + [2] * L  # the root kept gathered for backward
     shard = sum(4 * size * (g + 1) * (n - 1) / n for size, g in zip(padded, gathers))
-    shard += 4 * sum(len(u) for u in units) * ring(n)  # the norm's squares, one per tensor
+    # the norm's squares, one float32 per tensor, all-reduced: each of the ring's two passes sends
+    # (n-1)/n of the buffer, in whole bytes
+    shard += 2 * (4 * sum(len(u) for u in units) * (n - 1) // n)
     replicate = sum(4 * size / n * ring(R) for size in padded)
     return {"tp": round(tp), "cp": round(cp), "dp_shard_cp": round(shard), "dp_replicate": round(replicate)}
 
@@ -145,3 +147,27 @@ def test_the_page_shows_the_tables_and_quotes_the_run(lang):
     assert first["rulers"]["pytorch_first_step_logit_diff"] == 0
     peak = r["peak_rss_kb"]
     assert num(peak, lang) in prose and num(round(peak / 1e6, 1), lang, 1) + " GB" in prose, peak
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_mistake_on_purpose_is_the_committed_run(lang):
+    """The Surprises section's --drop-cp-factor: the CP shares averaged instead of summed, measured."""
+    r = json.loads((RESULTS / "07-nd-parallel-no-cp-factor-cpu.json").read_text())
+    assert r["drop_cp_factor"] and not r["criterion_pass"] and list(r["layouts"]) == ["1 x 2 x 2 x 2"]
+    assert set(r["broken_rulers"]) == {
+        "fp64_max_step_drift",
+        "fp32_first_step_grad_diff",
+        "1 x 2 x 2 x 2.fp32_max_step_drift",
+    }
+    layout = r["layouts"]["1 x 2 x 2 x 2"]
+    assert layout["step_drift"]["norm_rel_diff"] > 0.99  # the one process's norm: twice ours (relative difference 1)
+    text = PAGES[lang].read_text(encoding="utf-8")
+    surprises = text[text.index("{ #surprises }") : text.index("{ #grading }")]
+    quoted = [
+        sci(r["fp32_first_step_logit_diff"], lang),
+        num(r["fp32_first_step_grad_diff"], lang, 3),
+        num(r["fp64_max_step_drift"], lang, 2),
+        num(r["fp32_max_step_drift"], lang, 2),
+        f"{r['steps']} ",
+    ]
+    assert all(q in surprises for q in quoted), [q for q in quoted if q not in surprises]

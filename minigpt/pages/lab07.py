@@ -167,7 +167,7 @@ def example_bytes(model: dict, degrees: dict[str, int], batch_rows: int) -> dict
     (``bytes_model_per_dim``), for a MiniGPT-shaped ``model`` (``n_embd``, ``n_layer``, ``n_head``,
     ``vocab``, ``block_size``) on the mesh of ``degrees`` with a global batch of ``batch_rows`` rows."""
     from minigpt.parallel.mesh.nd import NDMesh
-    from minigpt.runners.lab07_nd_parallel import bytes_model_per_dim
+    from minigpt.parallel.mesh.nd_model import bytes_model_per_dim
 
     mesh = NDMesh(**degrees)
     cfg = SimpleNamespace(batch_size=batch_rows, block_size=model["block_size"], n_embd=model["n_embd"])

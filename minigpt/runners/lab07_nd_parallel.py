@@ -30,9 +30,10 @@ import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
 from minigpt.parallel import launch, proof
-from minigpt.parallel.fsdp_by_hand.record import Recorder, ring_sent_bytes
+from minigpt.parallel.fsdp_by_hand.record import Recorder
 from minigpt.parallel.mesh import compose, torchrun_layout
 from minigpt.parallel.mesh.nd import DIMS, NDMesh, check_degrees
+from minigpt.parallel.mesh.nd_model import bytes_model_per_dim, model_states_model
 from minigpt.parallel.ring import ByteCounter
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
@@ -87,7 +88,7 @@ def batch_plan(mesh: NDMesh, rank: int, cfg: TrainConfig) -> tuple[range, torch.
 class NDSystem:
     """MiniGPT on one N-D mesh, as the proof harness sees it (every rank of the world)."""
 
-    def __init__(self, cfg: TrainConfig, mesh: NDMesh, groups: dict):
+    def __init__(self, cfg: TrainConfig, mesh: NDMesh, groups: dict, cp_factor: bool = True):
         from minigpt.parallel import fsdp_by_hand as fsdp
         from minigpt.parallel.tensor_parallel import TPMiniGPT
         from minigpt.parallel.tensor_parallel.kit import kit_for
@@ -124,7 +125,8 @@ class NDSystem:
         self.tp_cut = {id(sp.shard) for u in fsdp.find_units(tp) for sp in u.params if sp.origin in cut_ids}
         del cut
         self.model = tp
-        self.root = compose.ShareTimesCP(tp, mesh.cp)
+        # the CP shares summed, not averaged (compose.ShareTimesCP); --drop-cp-factor shows what it is for
+        self.root = compose.ShareTimesCP(tp, mesh.cp if cp_factor else 1)
         self.optimizer = build_optimizer(tp, cfg)
         self.norm = proof.clip_capture(
             self.optimizer,
@@ -314,66 +316,19 @@ def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.
 # What the model says each dimension sends
 
 
-def bytes_model_per_dim(cfg: TrainConfig, mesh: NDMesh, unit_shapes: list[list[tuple]]) -> dict[str, int]:
-    """One rank's bytes in one step, along each dimension, from the formulas of the labs that taught
-    each (float32, ``accum`` = 1):
-
-    * ``tp``: theory page 02's tensor-parallel formula for this rank's rows and tokens
-      (``B/dp`` rows of ``T/cp`` tokens), plus the clipping norm's one number;
-    * ``cp``: ring attention's K and V round the ring, every layer, forward and backward, on
-      this rank's ``H/tp`` heads;
-    * ``dp_shard_cp``: Lab 02's unit-by-unit model of FSDP on the TP-local units (each tensor padded
-      to a multiple of ``S = dp_shard x cp`` rows; the root gathered once, each block twice; one
-      reduce-scatter per unit), plus the clipping norm's vector of one square per tensor;
-    * ``dp_replicate``: the replicas' all-reduce of each unit's gradient shard, ``2 (R-1)/R`` of it.
-    """
-    from minigpt.parallel.mesh import hsdp as mh
-    from minigpt.parallel.tensor_parallel.context_parallel import cp_bytes_per_step
-    from minigpt.parallel.tensor_parallel.model import ring_all_reduce_bytes, tp_bytes_per_step
-    from minigpt.zero import comm
-
-    S, R = mesh.dp_shard * mesh.cp, mesh.dp_replicate
-    rows, tokens = cfg.batch_size // mesh.dp, cfg.block_size // mesh.cp
-    tp = tp_bytes_per_step(rows, tokens, cfg.n_embd, cfg.n_layer, mesh.tp) + ring_all_reduce_bytes(4, mesh.tp)
-    cp = 0.0
-    if mesh.cp > 1:
-        head_dim = cfg.n_embd // cfg.n_head
-        cp = cp_bytes_per_step(rows, cfg.n_head // mesh.tp, cfg.block_size, head_dim, cfg.n_layer, mesh.cp)
-    padded = [sum(comm.padded(s[0], S) * (int(torch.Size(s).numel()) // s[0]) for s in unit) for unit in unit_shapes]
-    per_dim = mh.hsdp_bytes_per_dim(padded, S, R, 4, 4, [False] + [True] * (len(padded) - 1))
-    tensors = sum(len(unit) for unit in unit_shapes)
-    norm = ring_sent_bytes("all-reduce", 4 * tensors, S) if S > 1 else 0
-    return {
-        "tp": round(tp),
-        "cp": round(cp),
-        "dp_shard_cp": per_dim["shard"] + norm,
-        "dp_replicate": per_dim["replicate"],
-    }
-
-
-def model_states_model(mesh: NDMesh, unit_shapes: list[list[tuple]]) -> int:
-    """The model states one rank holds after an optimizer step (float32, AdamW): its FSDP shard of
-    every TP-local tensor (each padded to a multiple of ``dp_shard x cp`` rows, cut in equal shards),
-    as weights (4 bytes an element), gradients (4) and AdamW's two moments (8), and AdamW's step
-    counter, one float32 per tensor."""
-    from minigpt.zero import comm
-
-    n = mesh.dp_shard * mesh.cp
-    elements = sum(comm.padded(s[0], n) * (int(torch.Size(s).numel()) // s[0]) for unit in unit_shapes for s in unit)
-    return 16 * elements // n + 4 * sum(len(unit) for unit in unit_shapes)
-
-
 # ----------------------------------------------------------------------------------------------
 # One layout, proved
 
 
-def against_pytorch(cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.DistContext) -> dict:
+def against_pytorch(
+    cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.DistContext, cp_factor: bool = True
+) -> dict:
     """PyTorch's composition on the same mesh: the first step's logits of the whole batch against
     ours, and its own float32 step drift over the same run."""
     from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
 
     f32 = replace(cfg, dtype="float32")
-    ours = NDSystem(f32, mesh, groups)
+    ours = NDSystem(f32, mesh, groups, cp_factor)
     mine = batch_logits(ours.first_step(), ours.coords["tp"] == 0, f32)
     torch_first = TorchNDSystem(f32, mesh)
     theirs = batch_logits(torch_first.first_step(), torch_first.tp_rank == 0, f32)
@@ -394,7 +349,7 @@ def against_pytorch(cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.Di
 def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     groups = compose.build_groups(mesh, ctx.rank)
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
-    build = lambda c: NDSystem(c, mesh, groups)  # noqa: E731
+    build = lambda c: NDSystem(c, mesh, groups, not args.drop_cp_factor)  # noqa: E731
     if args.check:
         check.first_step(build, cfg, ctx)
         check.float64(build, cfg, ctx, args.fp64_steps)
@@ -408,7 +363,7 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
     theirs = {}
     if args.check:
         check.float32(run)
-        theirs = against_pytorch(cfg, mesh, groups, ctx)
+        theirs = against_pytorch(cfg, mesh, groups, ctx, not args.drop_cp_factor)
         check.report.update(theirs)
     digests = [None] * ctx.world_size
     dist.all_gather_object(digests, system.digests())
@@ -471,6 +426,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
     )
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    p.add_argument(
+        "--drop-cp-factor",
+        action="store_true",
+        help="a mistake on purpose: the CP ranks' loss shares averaged by FSDP instead of summed (the lab page's Surprises)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
@@ -534,6 +494,7 @@ def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ct
         # each rank's own peak resident memory, and their sum: what the 8 processes need at most together
         "peak_rss_kb_per_rank": peaks,
         "peak_rss_kb": sum(peaks) if all(p is not None for p in peaks) else None,
+        "drop_cp_factor": args.drop_cp_factor,
     }
     if args.check:
         worst = lambda key: max(layout["rulers"][key] for layout in layouts.values())  # noqa: E731
