@@ -206,7 +206,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (PAGES, ["--no-such-option"], ["--no-such-option"]),
     # the grader (make grade)
     (GRADER, ["--exercise", "9.9"], ["--exercise 9.9", "0.1", "all"]),
-    (GRADER, ["--lab", "07"], ["--lab 07", "00"]),
+    (GRADER, ["--lab", "08"], ["--lab 08", "00"]),
     (GRADER, ["--lang", "fr"], ["--lang fr", "en or es"]),
     (GRADER, ["--lab", "01", "--exercise", "2.1"], ["--exercise 2.1", "--lab 01"]),
     (GRADER, ["--impl", "mine"], ["--impl mine", "reference"]),

@@ -284,7 +284,7 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
     ranks), and the gradients all-reduced over the whole world instead of the replica group; for Lab 07
     the mesh laid out with tp outermost (every dimension's groups on the wrong ranks), the data-parallel
     index counted over every rank (a TP group's ranks given different rows), and FSDP's padding rows
-    kept in the whole parameter."""
+    kept in the whole parameter (and, all three at once, the end-to-end test: TP groups across the nodes)."""
     report = report_of(graded, "classic")
     assert lost(report) == {
         "test_causal_mask_values": 2,
@@ -345,6 +345,7 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
         "test_whole_parameter_undoes_the_tp_cut_and_the_fsdp_padding": 2,
         "test_whole_parameter_of_a_tp_whole_tensor_is_a_new_tensor": 1,
         "test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut": 1,
+        "test_all_together_your_mesh_feeds_every_rank_and_rebuilds_minigpt": 2,
     }, report.text
     # buckets launched in arrival order crash rank 0 inside gloo: the reason is gloo's own words,
     # with the likely cause, not "it crashed"

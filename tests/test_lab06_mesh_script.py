@@ -66,7 +66,7 @@ def run_mesh_check(folder: Path) -> dict:
     """The check on two "nodes" of two, its report: on the suite's second lane (tests/background.py),
     from collection on; the test that reads it runs last."""
     report = folder / "mesh.json"
-    two_nodes(["--check", "--steps", "4", "--quiet", "--report", str(report)], 280)
+    two_nodes(["--check", "--steps", "2", "--quiet", "--report", str(report)], 280)
     return json.loads(report.read_text())
 
 
@@ -80,7 +80,7 @@ def mesh_check(request) -> dict:
 
 
 def test_the_mesh_script_passes_its_check_on_two_nodes_of_two(mesh_check):
-    """Two "nodes" of two ranks, 4 steps of each mesh: the degrees found from the layout, the step drift within Lab 01's 1e-5, one DP x TP step equal
+    """Two "nodes" of two ranks, 2 steps of each mesh: the degrees found from the layout, the step drift within Lab 01's 1e-5, one DP x TP step equal
     to one process, the bytes of every mesh dimension equal to the count by hand, the model states
     of rank 0 equal to 16 bytes per padded parameter over the shard degree plus AdamW's step counters."""
     r = mesh_check

@@ -314,3 +314,77 @@ def test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut(lab07):
             whole = torch.cat([whole, whole.new_zeros(1, whole.shape[1])])
         tp_dim, parts = layout.get(name, (None, 1))
         check_whole(lab07, whole, 2, 3, tp_dim, parts, what=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# All together: your groups, your batch plan and your join, on the lab's two layouts
+
+
+@pytest.mark.exercise("all")
+@pytest.mark.points(2)
+def test_all_together_your_mesh_feeds_every_rank_and_rebuilds_minigpt(lab07):
+    """What lab/07_nd_parallel.py --impl exercises does with your three functions, without a process
+    group: each rank finds its place in its TP and FSDP groups from your ``mesh_groups`` (a group's
+    ranks in sorted order, as ``dist.new_group`` numbers them), reads its rows and tokens from your
+    ``batch_plan``, and holds the FSDP piece of its TP slice of MiniGPT's fused q, k, v weight; your
+    ``whole_parameter`` joins the pieces back. The ranks that hold the same weights must see every
+    token of the batch exactly once, and the joined weight must be the model's, bit for bit."""
+    torch.manual_seed(0)
+    model = MiniGPT(GPTConfig())
+    weight = model.blocks[0].attn.qkv.weight.detach()
+    # the vocabulary padded to a multiple of tp as Lab 05 pads it (609 rows + 1): 305 rows per TP slice,
+    # which FSDP pads to 306 over 2 shard ranks and to 308 over 4
+    embedding = torch.cat([model.wte.weight.detach(), torch.zeros(1, model.config.n_embd)])
+    batch, seq = 64, 32
+    for degrees in (HSDP_TP, FSDP_CP_TP):
+        name = " x ".join(str(degrees[d]) for d in DIMS)
+        world = int(np.prod([degrees[d] for d in DIMS]))
+        tp_of = {r: tuple(sorted(g)) for g in lab07.mesh_groups(dict(degrees), "tp") for r in g}
+        shard_of = {r: tuple(sorted(g)) for g in lab07.mesh_groups(dict(degrees), ("dp_shard", "cp")) for r in g}
+        replica_of = {r: tuple(sorted(g)) for g in lab07.mesh_groups(dict(degrees), "dp_replicate") for r in g}
+        # two nodes of four (LOCAL_WORLD_SIZE=4): TP inside a node; with replicas, whole shard groups too
+        inside = [tp_of] + ([shard_of] if degrees["dp_replicate"] > 1 else [])
+        crossing = sorted({g for of in inside for g in of.values() if len({r // 4 for r in g}) > 1})
+        assert not crossing, say(
+            f"{name}, two nodes of four ranks: the groups {crossing} cross the nodes; TP (and, with replicas, "
+            "the shard group) must stay on one node's fast links",
+            f"{name}, dos nodos de cuatro ranks: los grupos {crossing} cruzan los nodos; TP (y, con réplicas, el "
+            "grupo de fragmentación) debe quedarse en los enlaces rápidos de un nodo",
+        )
+        # every token of the batch, once, among the ranks that hold TP slice 0
+        seen: dict[tuple[int, int], int] = {}
+        for r in range(world):
+            rows, chunks = lab07.batch_plan(dict(degrees), r, batch, seq)
+            for other in tp_of[r]:  # a TP group's ranks: the very same rows and tokens
+                assert lab07.batch_plan(dict(degrees), other, batch, seq) == (rows, chunks), say(
+                    f"{name}: ranks {r} and {other} are one TP group but get different rows or tokens",
+                    f"{name}: los ranks {r} y {other} son un grupo TP pero reciben filas o tokens distintos",
+                )
+            if tp_of[r].index(r) == 0:
+                size = seq // (2 * degrees["cp"])
+                for row in rows:
+                    for c in chunks:
+                        for t in range(c * size, (c + 1) * size):
+                            seen[row, t] = seen.get((row, t), 0) + 1
+        assert len(seen) == batch * seq and set(seen.values()) == {1}, say(
+            f"{name}: the ranks of TP slice 0 see {len(seen)} of the batch's {batch * seq} tokens, some "
+            f"{max(seen.values(), default=0)} times: every token once is what one process trains on",
+            f"{name}: los ranks de la porción TP 0 ven {len(seen)} de los {batch * seq} tokens del lote, algunos "
+            f"{max(seen.values(), default=0)} veces: cada token una vez es lo que entrena un proceso",
+        )
+        # each rank's piece of its TP slice, placed by its position in your groups
+        tp, shards = degrees["tp"], degrees["dp_shard"] * degrees["cp"]
+        for what, whole, parts in (("q, k, v", weight, 3), ("embedding", embedding, 1)):
+            pieces, rows = cut(whole, tp, shards, 0, parts=parts)
+            held: list[list] = [[None] * shards for _ in range(tp)]
+            for r in range(world):
+                if replica_of[r].index(r) == 0:
+                    t, s = tp_of[r].index(r), shard_of[r].index(r)
+                    held[t][s] = pieces[t][s]
+            missing = [(t, s) for t in range(tp) for s in range(shards) if held[t][s] is None]
+            assert not missing, f"{name}: no rank of replica 0 holds the pieces (tp, shard) {missing}"
+            got = lab07.whole_parameter(held, rows, 0, parts)
+            assert torch.is_tensor(got) and got.shape == whole.shape and torch.equal(got, whole), say(
+                f"{name}: MiniGPT's {what} weight joined from every rank's piece is not the weight",
+                f"{name}: el peso {what} de MiniGPT unido a partir del trozo de cada rank no es el peso",
+            )
