@@ -141,6 +141,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[impl_switch.ENV_VAR] = config.getoption("--impl")
+    # One thread per process, this one too (unless OMP_NUM_THREADS says otherwise): the suite's second lane
+    # keeps the other core busy, and two threads of this process spin-waiting for each other on a busy
+    # core are slower than one (under load, the resume test took 21 s on two threads, 10 s on one). The
+    # processes started from here inherit it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     config.addinivalue_line("markers", "points(n): a graded test worth n points")
     config.addinivalue_line("markers", "lab(id): the lab a graded test belongs to, e.g. '00'")
     config.addinivalue_line("markers", "exercise(n): the exercise a graded test is for, e.g. '1.3', or 'all'")

@@ -47,7 +47,7 @@ def same_parameters(a: dict, b: dict) -> bool:
 def test_same_seed_gives_bit_identical_parameters(tmp_path, monkeypatch):
     """The same seed, the same bits; another seed, other bits. (As in the resume test below, the tutor's
     scores at the end of each run say nothing about the weights and took most of the time: three runs
-    scoring every held-out sentence, 36 s of a suite's 600 on a quiet machine; here they score 20.)"""
+    scoring every held-out sentence, 36 s in a whole suite's run; here they score 20.)"""
     from minigpt import grammar
 
     whole_score = grammar.score

@@ -313,10 +313,6 @@ def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.
 
 
 # ----------------------------------------------------------------------------------------------
-# What the model says each dimension sends
-
-
-# ----------------------------------------------------------------------------------------------
 # One layout, proved
 
 
