@@ -331,11 +331,13 @@ def test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_colu
 # Exercise 5.4: the online softmax and the block mask
 
 
-def merged(step, scores: torch.Tensor, v: torch.Tensor, cuts: list[int]) -> torch.Tensor:
+def merged(step, scores: torch.Tensor, v: torch.Tensor, cuts: list[int], maxima: list | None = None) -> torch.Tensor:
     m = total = acc = None
     bounds = [0, *cuts, scores.shape[-1]]
     for a, b in zip(bounds, bounds[1:]):
         m, total, acc = step(m, total, acc, scores[..., a:b], v[..., a:b, :])
+        if maxima is not None:
+            maxima.append(m)
     return acc / total.unsqueeze(-1)
 
 
@@ -354,7 +356,17 @@ def test_online_softmax_merges_blocks_into_one_softmax(lab05):
         w = torch.randn(expected.shape, generator=gen(len(cuts)), dtype=torch.float64)
         ref_grads = torch.autograd.grad((expected * w).sum(), (s, vv))
         s2, v2 = scores.clone().requires_grad_(), v.clone().requires_grad_()
-        out = merged(lab05.online_softmax_step, s2, v2, cuts)
+        maxima: list = []
+        out = merged(lab05.online_softmax_step, s2, v2, cuts, maxima)
+        carried = [k for k, m in enumerate(maxima) if isinstance(m, torch.Tensor) and m.requires_grad]
+        assert not carried, say(
+            f"blocks of keys cut at {cuts}: the running maximum m returned after block {carried[0]} carries a "
+            "gradient: expected each block's maximum taken from scores.detach() (a shift the softmax ignores; the "
+            "gradient goes through the exponentials only)",
+            f"bloques de claves cortados en {cuts}: el máximo acumulado m devuelto tras el bloque {carried[0]} lleva "
+            "gradiente: se espera el máximo de cada bloque tomado de scores.detach() (un desplazamiento que el "
+            "softmax ignora; el gradiente pasa solo por las exponenciales)",
+        )
         error = biggest(out, expected) if out.shape == expected.shape else float("inf")
         assert error <= 1e-12, say(
             f"blocks of keys cut at {cuts}: acc / total after the last block differs from softmax(scores) @ v by "
