@@ -3,7 +3,7 @@
 Most runs here use a tiny model (one block of width 32) so that each takes a second or two; one
 session-wide run trains the real default model once and the tutor tests use its checkpoint.
 
-A run ends by scoring the tutor on every held-out sentence (val and test, 2 x 1,209), which says
+A run ends by scoring the tutor on every held-out sentence (1,241 val and 1,209 test), which says
 nothing about the weights these tests compare and was most of their time: an untrained tiny model
 writes to the longest answer each time (one 3-step run: 9 s alone, 53 s in a whole suite's run beside
 the second lane). The tiny runs here score 20 sentences (``tiny_scores``); the default run, which
