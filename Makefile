@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 
-.PHONY: help install browser check-pins demo train tutor lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
+.PHONY: help install browser check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -80,6 +80,10 @@ format: $(STAMP)
 
 test: install lint
 	MINIGPT_CHROMIUM="$(CHROMIUM)" MINIGPT_BROWSER_NOTE="$(BROWSER_NOTE)" $(PY) -m pytest
+
+# The contributor's quick loop (CONTRIBUTING, "Tests"): no test that starts processes or trains a model.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 # Maintainers (CONTRIBUTING, "Checks"): pip's resolver, asked without installing, for every supported Python and
 # system; one line each, and a pin with no distribution named (.ci/check_pins.py --help).

@@ -7,7 +7,8 @@ the files.
 * every lab script runs the runner named after it, and every runner has its script;
 * CONTRIBUTING.md's layout table names every script, runner and page module;
 * CONTRIBUTING.md's table of the suite's time lists exactly the test files that exist (the times are
-  measured on a quiet machine and not checked: only that no file is missing or invented).
+  measured on a quiet machine and not checked: only that no file is missing or invented);
+* every make target that ``.PHONY`` or ``make help`` names has a rule.
 
 No torch here: the imports are read from the source (``ast``), not executed.
 """
@@ -129,3 +130,15 @@ def test_contributing_times_exactly_the_test_files_that_exist():
     slowest = section[section.index("slowest tests") :]
     for nodeid in re.findall(r"^\| `(tests/[\w/]+\.py)::", slowest, flags=re.M):
         assert nodeid in existing, f"the slowest tests name {nodeid}, which does not exist"
+
+
+def test_every_make_target_named_has_a_rule():
+    """Every target that `.PHONY` or `make help` names has a rule of its own. A phony target without one
+    does nothing and exits 0: `make test-fast` printed "Nothing to be done" while CONTRIBUTING told
+    contributors to run it."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    phony = set(re.search(r"^\.PHONY:(.*)$", text, flags=re.M).group(1).split())
+    advertised = set(re.findall(r'^\t@echo "make ([\w-]+)', text, flags=re.M))
+    ruled = set(re.findall(r"^([\w-]+):(?!=)", text, flags=re.M))
+    assert advertised <= phony, f"make help names targets that .PHONY does not: {sorted(advertised - phony)}"
+    assert phony <= ruled, f"the Makefile names targets with no rule: {sorted(phony - ruled)}"
