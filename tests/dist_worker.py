@@ -250,7 +250,7 @@ def ddp_toy(group, collective: str = "torch") -> dict:
         "bytes_all_reduced": ddp.bytes_all_reduced,
         "grads_digest": grads_digest,
         "module_is_model": ddp.module is model,
-        "launches": launches,
+        "launches": None if launches is None else list(launches),  # this backward's (a second one follows)
         "steps_synchronised": ddp.steps_synchronised,
         # each trainable .grad a view of its bucket's buffer (gradient_as_bucket_view): no copy back
         "grads_not_in_buckets": [
@@ -273,6 +273,14 @@ def ddp_toy(group, collective: str = "torch") -> dict:
         torch.equal(a, p.grad) for a, p in zip(before, [p for p in model.parameters() if p.requires_grad])
     )
     out["steps_after_finish_twice"] = ddp.steps_synchronised
+    # a second synchronised backward starts afresh: its first hook resets the buckets and the next
+    # bucket to launch, so the average comes out again (an error here is reported, not raised)
+    model.zero_grad(set_to_none=True)
+    try:
+        ddp(toy_batch(RANK)).backward()
+        out["second_backward_error"], out["second_backward_raised"] = grad_error(model, expected), ""
+    except Exception as e:  # noqa: BLE001 - what the learner's hook did, for the test to show
+        out["second_backward_error"], out["second_backward_raised"] = float("inf"), f"{type(e).__name__}: {e}"[:200]
     return out
 
 

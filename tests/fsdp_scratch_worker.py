@@ -254,9 +254,9 @@ def unit_called_twice(group) -> dict:
     """The learner's hooks against the reference's on :class:`Twice`, two steps: the shards'
     gradients, and the reduce-scatters of each unit per step (the learner's, from its records)."""
     torch.manual_seed(0)
-    one, recorder = Twice(), fsdp.Recorder()
+    one, theirs_recorder, recorder = Twice(), fsdp.Recorder(), fsdp.Recorder()
     models = []
-    for unit_class, rec in ((ReferenceUnit, None), (watched(learners("FSDPUnit")), recorder)):
+    for unit_class, rec in ((ReferenceUnit, theirs_recorder), (watched(learners("FSDPUnit")), recorder)):
         model = copy.deepcopy(one)
         for sub in (model.twice, model.out, model):
             fsdp.fully_shard(sub, group=group, recorder=rec, unit_class=unit_class)
@@ -265,13 +265,26 @@ def unit_called_twice(group) -> dict:
     out = {"steps": []}
     for step in range(2):
         idx = torch.randint(0, 13, (6, 4), generator=torch.Generator().manual_seed(100 * step + RANK))
+        theirs_recorder.begin()
         reference(idx).backward()
         recorder.begin()
         model(idx).backward()
         ours, theirs = shard_grads(model), shard_grads(reference)
         differ = [n for n in theirs if theirs[n] is None or ours[n] is None or not torch.equal(ours[n], theirs[n])]
-        reduced = [c["unit"] for c in recorder.steps[-1].collectives if c["kind"] == "reduce-scatter"]
-        out["steps"].append({"differ": differ, "reduce_scatters": {u: reduced.count(u) for u in sorted(set(reduced))}})
+
+        def count(rec, kind: str) -> dict[str, int]:
+            units = [c["unit"] for c in rec.steps[-1].collectives if c["kind"] == kind]
+            return {u: units.count(u) for u in sorted(set(units))}
+
+        out["steps"].append(
+            {
+                "differ": differ,
+                "reduce_scatters": count(recorder, "reduce-scatter"),
+                # a unit freed after its first use's backward is gathered once more for the other's
+                "all_gathers": count(recorder, "all-gather"),
+                "reference_all_gathers": count(theirs_recorder, "all-gather"),
+            }
+        )
         for m in models:
             m.zero_grad(set_to_none=True)
     return out

@@ -514,6 +514,9 @@ ONE_RULE_EACH = {
     },
     "2.3": {"test_communication_per_stage": 2, "test_hsdp_traffic_inside_and_across": 2},  # ZeRO-3 gathers once
     "2.4": {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1},  # a repeated parameter kept twice
+    "3.1": {"test_event_order_fsdp1_forward_prefetch": 1},  # FSDP1 predicted with FSDP2's post-backward rule
+    "3.2": {"test_the_real_runs_norms": 1},  # a DTensor's term taken from the DTensor, not its to_local() shard
+    "2.5": {"test_zero1_equals_plain_optimizers": 2},  # the closure called under step's no_grad
     "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
     "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
     "4.3": {  # never freed after forward: nothing to gather again before backward, so not FSDP2's order either
@@ -538,6 +541,7 @@ ONE_RULE_EACH = {
 # tests/pitfalls/second_rule_each/: another stated rule broken per exercise (the refusals and edge cases
 # of the stubs' contracts), graded the same way
 SECOND_RULE_EACH = {
+    "1.3": {"test_ddp_gradients_are_the_average_over_ranks": 2},  # the first hook resets nothing: a 2nd backward
     "0.2": {  # a sentence with nothing to learn from divides 0 by 0: every 0.2 test has one, and gets nan
         "test_masked_loss_value": 2,
         "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
@@ -546,10 +550,18 @@ SECOND_RULE_EACH = {
     "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # a rank outside 0..N-1 not refused
     "0.4": {"test_lr_schedule": 2},  # the cosine ends at 0, not at min_lr
     "2.1": {"test_memory_rejects_bad_input": 1},  # the weights offloaded below stage 3
+    "2.2": {"test_zero2_sends_what_the_model_predicts": 1},  # all-reduced per unit, not reduce-scattered
     "2.3": {"test_hsdp_traffic_inside_and_across": 2},  # stage 0 given replicas, not refused
+    "2.5": {  # the settings never copied into the inner groups: the lr schedule never reaches the pieces
+        "test_zero1_equals_plain_optimizers": 2,
+        "test_zero1_leaves_gradientless_parameters_alone": 2,
+    },
     "3.1": {"test_event_order_rejects_bad_input": 1},  # an unknown variant: a KeyError
     "3.2": {"test_global_norm_rejects_bad_input": 1},  # norm_type <= 0 not refused
     "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
+    "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # dist.all_gather into a list, then a copy
+    "4.3": {"test_hooks_gradients_equal_the_reference_fsdp": 2},  # no use count: a unit used twice gathered 3 + 1
+    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # no full.grad taken as zeros
     "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
     "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # an uneven cut, no ValueError
     "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # another rank's target logit added
@@ -581,6 +593,12 @@ THIRD_RULE_EACH = {
         "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
     },
     "2.1": {"test_memory_rejects_bad_input": 1},  # 2.5 devices accepted
+    "2.2": {  # the summed shard divided by N again: Adam almost cancels it, the bits do not
+        "test_zero2_ends_with_ddps_weights_bit_for_bit[fp32]": 3,
+        "test_zero2_ends_with_ddps_weights_bit_for_bit[mixed]": 3,
+    },
+    "2.3": {"test_hsdp_traffic_inside_and_across": 2},  # a shard degree of 2.5 rounded down, not refused
+    "2.5": {"test_zero1_sends_the_ring_bytes": 1},  # the weights all-reduced from zeros, not all-gathered
     "3.2": {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2},  # the inf term summed
     "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # .grad written over, not added to
     "4.3": {"test_hooks_follow_fsdp2_order": 1},  # no all-gather ahead in pre_backward
@@ -615,9 +633,11 @@ FOURTH_RULE_EACH = {
     },
     "1.3": {"test_ddp_ring_switch_gives_the_same_gradients": 1},  # collective="ring" ignored
     "1.2": {"test_buckets_close_when_they_reach_the_cap": 1},  # another device does not close the bucket
+    "2.5": {"test_zero1_sends_the_ring_bytes": 1},  # self._reduced left True after the step
     "3.3": {"test_units_of_each_policy": 2},
     "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
     "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
+    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # the "forward" event written before the gather
     "5.1": {"test_column_slice_keeps_each_ranks_output_features": 1},
     "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # exp(z) unshifted: inf at 3000
     "5.4": {"test_online_softmax_merges_blocks_into_one_softmax": 2},  # the maximum not detached
@@ -632,11 +652,16 @@ FOURTH_RULE_EACH = {
         "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
     },
 }
+# tests/pitfalls/fifth_rule_each/: a fifth rule, where four folders already hold one of the exercise's
+FIFTH_RULE_EACH = {
+    "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # every logit all-reduced to every rank
+}
 RULES = {
     **{("one_rule_each", exercise): lost for exercise, lost in ONE_RULE_EACH.items()},
     **{("second_rule_each", exercise): lost for exercise, lost in SECOND_RULE_EACH.items()},
     **{("third_rule_each", exercise): lost for exercise, lost in THIRD_RULE_EACH.items()},
     **{("fourth_rule_each", exercise): lost for exercise, lost in FOURTH_RULE_EACH.items()},
+    **{("fifth_rule_each", exercise): lost for exercise, lost in FIFTH_RULE_EACH.items()},
 }
 
 
@@ -653,7 +678,7 @@ def rule_runs() -> dict[str, list[str]]:
 @pytest.mark.parametrize("folder, exercise", list(RULES), ids=[f"{f}-{e}" for f, e in RULES])
 def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, exercise):
     """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ to
-    fourth_rule_each/, one mistake per exercise in each; the others' rules are in
+    fifth_rule_each/, one mistake per exercise in each; the others' rules are in
     tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and only they. A folder's
     exercises are graded together, every lab in one grading, and each test runs with only its own
     exercise the pitfall's, so the tests of ``exercise`` are read from that grading."""

@@ -318,6 +318,17 @@ def test_ddp_gradients_are_the_average_over_ranks(ranks):
             f"rank {r}: la capa congelada (requires_grad=False) recibió un .grad; se espera None: no está en ninguna "
             "bucket",
         )
+        error = result["second_backward_raised"]
+        raised, lanzo = (f" (it raised {error})", f" (lanzó {error})") if error else ("", "")
+        assert result["second_backward_error"] <= 1e-6, say(
+            f"rank {r}: a second backward (zero_grad, the same batch) gives gradients {result['second_backward_error']:.2e} "
+            f"from the average{raised}; expected <= 1e-6: the first hook of every backward resets the buckets and "
+            "self._next_bucket, or the last step's full buckets are never launched again",
+            f"rank {r}: una segunda pasada hacia atrás (zero_grad, el mismo lote) da gradientes a "
+            f"{result['second_backward_error']:.2e} de la media{lanzo}; se espera <= 1e-6: el primer hook de cada "
+            "pasada reinicia los buckets y self._next_bucket, o los buckets llenos del paso anterior no se vuelven a "
+            "lanzar",
+        )
 
 
 @pytest.mark.exercise("1.3")

@@ -407,6 +407,11 @@ def test_hsdp_traffic_inside_and_across(lab02):
         ((-1e9, 3, 8), "a negative parameter count", "un número de parámetros negativo"),
         ((1e9, 4, 8), "there is no stage 4: the stages are 0 to 3", "no hay etapa 4: las etapas van de 0 a 3"),
         ((1e9, 3, 0), "a shard group of 0 devices", "un grupo de fragmentación de 0 dispositivos"),
+        (
+            (1e9, 3, 2.5),
+            "2.5 devices do not exist: a degree is an int",
+            "no existen 2,5 dispositivos: un grado es un int",
+        ),
         ((1e9, 3, 8, 0), "0 replicas", "0 réplicas"),
     ]:
         call = f"step_collectives({', '.join(map(num, args))})"

@@ -219,6 +219,18 @@ def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
                 "pasada hacia atrás de su último uso (un uso menos en cada post_backward: liberar y reducir cuando no "
                 "quede ninguno)",
             )
+            gathers, expected = numbers["all_gathers"].get("twice", 0), numbers["reference_all_gathers"].get("twice")
+            assert gathers == expected, say(
+                f"rank {rank}, step {step}: the unit 'twice', called twice in one forward, was all-gathered {gathers} "
+                f"time(s) in one step, the reference FSDP {expected}: a unit used twice stays whole until the backward "
+                "of its last use (one use less per post_backward; free it when none remains), or it is freed after "
+                "its first backward and gathered again for the other",
+                f"rank {rank}, paso {step}: la unidad 'twice', llamada dos veces en una pasada hacia delante, se reunió "
+                f"(all-gather) {gathers} vez/veces en un paso, el FSDP de referencia {expected}: una unidad usada dos "
+                "veces sigue entera hasta la pasada hacia atrás de su último uso (un uso menos en cada post_backward; "
+                "libérala cuando no quede ninguno), o se libera tras su primera pasada hacia atrás y se vuelve a reunir "
+                "para la otra",
+            )
             assert not numbers["differ"], say(
                 f"rank {rank}, step {step}: on a model whose unit 'twice' runs twice in one forward, the shards' "
                 f"gradients of {short(numbers['differ'])} differ from the reference FSDP's (expected: the same bits)",

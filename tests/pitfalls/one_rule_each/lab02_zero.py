@@ -2,11 +2,14 @@
 
 Lab 02: ZeRO-3's weights gathered once a step even when they are freed after forward (count=1 instead
 of 2 with reshard_after_forward) (2.3); a parameter listed twice kept twice (no check of identity) (2.4);
-stage 2's gradients left whole, sharded only from stage 3 with the weights (2.1).
+stage 2's gradients left whole, sharded only from stage 3 with the weights (2.1); the ZeRO-1 step
+calls the closure under its own no_grad, where a closure's backward has no graph to run (torch.optim
+calls it under torch.enable_grad()) (2.5).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from minigpt.parallel.zero1 import ZeroOneOptimizer as _Scaffold
@@ -28,6 +31,12 @@ def trainable_parameters(params: list[nn.Parameter]) -> list[nn.Parameter]:
 
 class ZeroOneOptimizer(_Scaffold):
     trainable_parameters = staticmethod(trainable_parameters)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None if closure is None else closure()  # Mistake: called under step's no_grad, not enable_grad
+        super().step()
+        return loss
 
 
 def device_memory(

@@ -1,12 +1,56 @@
 """A second stated rule broken at a time (see lab00_baseline.py here).
 
-Lab 04: a depth below 1 prefetches one unit anyway (the rule: no prefetch) (4.5).
+Lab 04: the whole tensor gathered with ``dist.all_gather`` into a list of ``world_size`` tensors,
+then concatenated: the right tensor, but a collective per list and a copy more where the contract
+asks for one all-gather into one tensor (4.1); post_backward frees and reduces the unit at every
+call, with no count of its uses: a unit called twice in one forward is freed after the backward of its
+second use and gathered again for the first's, an all-gather more per step (the gradients and the one
+reduce-scatter still come out right: autograd adds both uses' gradients before they reach the
+weights, so the first call finds no gradient to reduce) (4.3); a parameter
+with no full gradient (unused this step, or frozen) taken as zeros instead of taking no part, so a
+frozen unit sends a buffer of zeros and every buffer carries rows nobody needs (4.4); a depth below
+1 prefetches one unit anyway (the rule: no prefetch) (4.5).
 """
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
+
 from minigpt.parallel.fsdp_by_hand import prefetch
+from minigpt.parallel.fsdp_by_hand.sharding import shard_rows  # noqa: F401  (4.1's other half, right)
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
+
+
+def gather_rows(shard: torch.Tensor, rows: int, group=None) -> torch.Tensor:
+    pieces = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(pieces, shard.contiguous(), group=group)  # Mistake: a list of tensors, then a copy into one
+    return torch.cat(pieces)[:rows]
+
+
+def reduce_gradients(unit) -> None:
+    params = list(unit.params)  # Mistake: a parameter without full.grad is not left out
+    if not params:
+        return
+    world = unit.world_size
+    columns = []
+    for p in params:
+        grad = p.full.grad if p.full.grad is not None else torch.zeros(p.shape)
+        padded = grad.to(unit.reduce_dtype).new_zeros((world * p.shard.shape[0], *p.shape[1:]))
+        padded[: p.rows] = grad
+        columns.append(padded.reshape(world, -1))
+    buffer = torch.cat(columns, dim=1).reshape(-1)
+    out = buffer.new_empty(buffer.numel() // world)
+    unit.record_collective("reduce-scatter", buffer, is_async=False)
+    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
+    out /= world
+    offset = 0
+    for p in params:
+        n = p.shard.numel()
+        piece = out[offset : offset + n].view(p.shard.shape).to(p.shard.dtype)
+        offset += n
+        p.shard.grad = piece if p.shard.grad is None else p.shard.grad + piece
+        p.full.grad = None
 
 
 def backward_prefetch_targets(post_forward_order: list[str], current: str, depth: int = 1) -> list[str]:
@@ -14,4 +58,13 @@ def backward_prefetch_targets(post_forward_order: list[str], current: str, depth
 
 
 class FSDPUnit(_Scaffold):
+    gather_rows = staticmethod(gather_rows)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
+
+    def reduce_gradients(self) -> None:
+        reduce_gradients(self)
+
+    def post_backward(self) -> None:
+        self._uses -= 1  # Mistake: counted, never read: freed after every use's backward
+        self.reshard()
+        self.reduce_gradients()

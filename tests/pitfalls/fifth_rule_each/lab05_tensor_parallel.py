@@ -1,0 +1,46 @@
+"""A fifth stated rule broken at a time (see ../fourth_rule_each/lab00_baseline.py: each test with
+only its own exercise the pitfall's).
+
+Lab 05: the vocabulary-parallel loss puts this rank's columns into a zero tensor as wide as the
+padded vocabulary and all-reduces it, so every rank holds every logit, then takes one process's
+cross-entropy: the loss and its gradient come out right (x + 0 = x, to the bit), but the whole
+``B x T x V`` logits crossed the ranks, the memory and bytes the rule "without ever gathering the V
+logits" exists to save (5.3).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from minigpt.parallel.tensor_parallel import comm
+
+
+class _Gathered(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, start, vocab_size, group, counter):
+        local = logits.detach()
+        width = local.shape[-1]
+        whole = local.new_zeros((*local.shape[:-1], width * dist.get_world_size(group)))
+        whole[..., start : start + width] = local
+        whole = comm.all_reduce(whole, group, counter)  # Mistake: every logit sent to every rank
+        words = whole[..., :vocab_size]
+        loss = F.cross_entropy(words.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+        probs = torch.zeros_like(whole)
+        probs[..., :vocab_size] = torch.softmax(words, dim=-1)
+        inside = (targets >= start) & (targets < start + width)
+        ctx.save_for_backward(probs[..., start : start + width].clone(), targets - start, inside)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):
+        probs, local_targets, inside = ctx.saved_tensors
+        g = probs.clone()
+        rows = inside.nonzero(as_tuple=True)
+        g[(*rows, local_targets[rows])] -= 1.0
+        return g * grad.unsqueeze(-1), None, None, None, None, None
+
+
+def vocab_parallel_cross_entropy(logits, targets, start: int, vocab_size: int, group=None, counter=None):
+    return _Gathered.apply(logits, targets, start, vocab_size, group, counter)
