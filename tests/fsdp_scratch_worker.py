@@ -16,6 +16,7 @@ import copy
 import datetime
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -739,6 +740,8 @@ def main() -> None:
     run("hooks_prefetch", "4.3", lambda: forward_prefetch_on_minigpt(groups["hooks_prefetch"]))
     run("hooks_twice", "4.3", lambda: unit_called_twice(groups["hooks_twice"]))
     run("train", "all", lambda: train_minigpt(groups["train"]))
+    if RANK == 0 and (wanted is None or "maintainer" in wanted):
+        shutil.rmtree(Path(folder[0]).parent, ignore_errors=True)  # the checkpoint drill's folder, read by now
     (OUT / f"rank{RANK}.json").write_text(json.dumps({**RESULTS, "finished": {"ok": True}}))
     os._exit(0)  # no polite tear-down: a peer stuck in a broken group must not hold us
 

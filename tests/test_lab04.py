@@ -222,14 +222,24 @@ def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
             gathers, expected = numbers["all_gathers"].get("twice", 0), numbers["reference_all_gathers"].get("twice")
             assert gathers == expected, say(
                 f"rank {rank}, step {step}: the unit 'twice', called twice in one forward, was all-gathered {gathers} "
-                f"time(s) in one step, the reference FSDP {expected}: a unit used twice stays whole until the backward "
-                "of its last use (one use less per post_backward; free it when none remains), or it is freed after "
-                "its first backward and gathered again for the other",
+                f"time(s) in one step, the reference FSDP {expected}: "
+                + (
+                    "a unit used twice stays whole until the backward of its last use (one use less per "
+                    "post_backward; free it when none remains), or it is freed after its first backward and gathered "
+                    "again for the other"
+                    if gathers > expected
+                    else "a unit is freed after each forward (reshard) and gathered again for its backward"
+                ),
                 f"rank {rank}, paso {step}: la unidad 'twice', llamada dos veces en una pasada hacia delante, se reunió "
-                f"(all-gather) {gathers} vez/veces en un paso, el FSDP de referencia {expected}: una unidad usada dos "
-                "veces sigue entera hasta la pasada hacia atrás de su último uso (un uso menos en cada post_backward; "
-                "libérala cuando no quede ninguno), o se libera tras su primera pasada hacia atrás y se vuelve a reunir "
-                "para la otra",
+                f"(all-gather) {gathers} vez/veces en un paso, el FSDP de referencia {expected}: "
+                + (
+                    "una unidad usada dos veces sigue entera hasta la pasada hacia atrás de su último uso (un uso menos "
+                    "en cada post_backward; libérala cuando no quede ninguno), o se libera tras su primera pasada hacia "
+                    "atrás y se vuelve a reunir para la otra"
+                    if gathers > expected
+                    else "una unidad se libera tras cada pasada hacia delante (reshard) y se vuelve a reunir para su "
+                    "pasada hacia atrás"
+                ),
             )
             assert not numbers["differ"], say(
                 f"rank {rank}, step {step}: on a model whose unit 'twice' runs twice in one forward, the shards' "

@@ -220,6 +220,7 @@ def environment(graded, tmp_path: Path) -> dict[str, str]:
     env[grader.SAVED_VARIABLE] = str(graded.saved)
     env[hints.STATE_VARIABLE] = str(tmp_path / "hints.json")  # the hint cells count here, not in out/
     env["OMP_NUM_THREADS"] = "1"  # two kernels at a time on two cores: one thread each, no spin-waiting
+    env["TMPDIR"] = str(tmp_path)  # the notebook's own temporary folders (its runs' reports) go with the test's
     return env
 
 
