@@ -253,7 +253,8 @@ class Twice(nn.Module):
 
 def unit_called_twice(group) -> dict:
     """The learner's hooks against the reference's on :class:`Twice`, two steps: the shards'
-    gradients, and the reduce-scatters of each unit per step (the learner's, from its records)."""
+    gradients, the reduce-scatters of each unit per step (the learner's, from its records), and the
+    all-gathers of each unit per step, the learner's and the reference's."""
     torch.manual_seed(0)
     one, theirs_recorder, recorder = Twice(), fsdp.Recorder(), fsdp.Recorder()
     models = []
