@@ -11,7 +11,7 @@ import pytest
 
 from minigpt.pages.lab02_crosscheck import fragment
 from minigpt.pages.lang import num, sci
-from minigpt.zero import memory, simulate
+from minigpt.zero import memory, mlp, simulate
 from tests.test_grader import lab_points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,3 +103,27 @@ def test_the_points_table_adds_up(pages, lang):
     rows = re.findall(r"^\| (2\.\d|all) \|.*\| (\d+) \|$", pages[lang], re.M)
     assert [e for e, _ in rows] == ["2.1", "2.2", "2.3", "2.4", "2.5", "all"]
     assert sum(int(p) for _, p in rows) == lab_points("02")
+
+
+def test_the_adam_surprise_is_measured(pages):
+    """Section 8's surprise: tests/pitfalls/third_rule_each/'s ZeRO-2 step, which divides the summed
+    shard by N once more, ends 4 steps (fp32) this far from DDP's weights on 2, 3 and 4 workers: a few
+    millionths, as the page says, and never the same bits."""
+    import importlib.util
+
+    import numpy as np
+
+    path = ROOT / "tests" / "pitfalls" / "third_rule_each" / "lab02_zero.py"
+    spec = importlib.util.spec_from_file_location("third_rule_each_lab02", path)
+    mistaken = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mistaken)
+    shape = mlp.MLPSpec((12, 24, 20, 6))  # tests/test_lab02.py's model
+    worst = []
+    for n in (2, 3, 4):
+        ddp = simulate.simulate(0, n, shape, steps=4, recipe_name="fp32", rows=24)
+        ours = simulate.simulate(2, n, shape, steps=4, recipe_name="fp32", rows=24, step_fn=mistaken.zero2_step)
+        worst.append(max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(ddp.weights, ours.weights)))
+    assert min(worst) > 0
+    low, high = f"{min(worst):.0e}".replace("e-0", "e-"), f"{max(worst):.0e}".replace("e-0", "e-")
+    assert f"{low} to {high}" in pages["en"], (low, high)
+    assert f"entre {low} y {high}" in pages["es"], (low, high)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minigpt.parallel.fsdp_by_hand import prefetch
+from minigpt.parallel.fsdp_by_hand import gradients, prefetch
 from minigpt.parallel.fsdp_by_hand.sharding import shard_rows  # noqa: F401  (4.1's other half, right)
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
 
@@ -29,28 +29,10 @@ def gather_rows(shard: torch.Tensor, rows: int, group=None) -> torch.Tensor:
 
 
 def reduce_gradients(unit) -> None:
-    params = list(unit.params)  # Mistake: a parameter without full.grad is not left out
-    if not params:
-        return
-    world = unit.world_size
-    columns = []
-    for p in params:
-        grad = p.full.grad if p.full.grad is not None else torch.zeros(p.shape)
-        padded = grad.to(unit.reduce_dtype).new_zeros((world * p.shard.shape[0], *p.shape[1:]))
-        padded[: p.rows] = grad
-        columns.append(padded.reshape(world, -1))
-    buffer = torch.cat(columns, dim=1).reshape(-1)
-    out = buffer.new_empty(buffer.numel() // world)
-    unit.record_collective("reduce-scatter", buffer, is_async=False)
-    dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
-    out /= world
-    offset = 0
-    for p in params:
-        n = p.shard.numel()
-        piece = out[offset : offset + n].view(p.shard.shape).to(p.shard.dtype)
-        offset += n
-        p.shard.grad = piece if p.shard.grad is None else p.shard.grad + piece
-        p.full.grad = None
+    for p in unit.params:
+        if p.full.grad is None:  # Mistake: a parameter without gradient takes part, as zeros
+            p.full.grad = torch.zeros(p.shape, dtype=p.full.dtype)
+    gradients.reduce_gradients(unit)
 
 
 def backward_prefetch_targets(post_forward_order: list[str], current: str, depth: int = 1) -> list[str]:
