@@ -43,20 +43,34 @@ the tokens after ``<sep>`` and the closing ``<eos>``. :func:`get_batch` is state
 batch of a step is a function of (split, step, batch size, seed), and rank ``r`` of ``N``
 data-parallel workers takes rows ``r*B/N .. (r+1)*B/N - 1`` of it (:func:`rank_slice`). Every lab
 builds on that: N ranks together see exactly the batch one process sees.
+
+Kept between runs
+-----------------
+The first process to need the corpus generates it (:func:`generate_corpus`) and keeps it in
+``out/cache/`` (``MINIGPT_CACHE_DIR``); every later process reads it (:func:`build_corpus`,
+:func:`tokenized`). The files are named by a hash of this module's and :mod:`minigpt.lexicon`'s
+source, so a changed generator never reads an old file.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import json
+import os
 import random
+import sys
+import threading
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from minigpt import lexicon
 from minigpt.lexicon import (  # noqa: F401 - re-exported: grammar.ES_VERBS etc.
     EN_ADVERBS,
     EN_DETERMINER_SWAP,
@@ -288,9 +302,77 @@ def split_of(sentence: str) -> str:
     return "val" if bucket < 3 else "test" if bucket < 6 else "train"
 
 
+# Generating the corpus takes about a second of CPU, and every process that trains or scores needs it
+# (every rank of every run). So the first one keeps what it generated in a file that the others read
+# (a fifth of the time): the corpus as JSON, each split's token rows as NumPy arrays. The file's name
+# is a hash of what generates it (this file, minigpt/lexicon.py, the arguments and Python's version):
+# a changed generator never reads an old file. The file is written whole or not at all (a temporary
+# file, then a rename), and one that cannot be read is generated again and rewritten.
+CACHE_VARIABLE = "MINIGPT_CACHE_DIR"  # where; empty: nothing is kept (every process generates it)
+CACHE_FORMAT = 1
+
+
+def cache_dir() -> Path | None:
+    """Where the generated corpus is kept: ``MINIGPT_CACHE_DIR``, else ``out/cache/`` in the
+    repository (git-ignored, emptied by ``make clean``); None when ``MINIGPT_CACHE_DIR`` is empty."""
+    where = os.environ.get(CACHE_VARIABLE)
+    if where is not None:
+        return Path(where) if where.strip() else None
+    return Path(__file__).resolve().parent.parent / "out" / "cache"
+
+
+@cache
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for source in (Path(__file__), Path(lexicon.__file__)):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_file(kind: str, *args: object) -> Path | None:
+    """The file that keeps ``kind`` (``corpus`` or ``tokens``) for these arguments, or None."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    key = f"{CACHE_FORMAT} {_sources_digest()} {sys.version_info[:2]} {args}"
+    return folder / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+
+
+def _keep(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` into a temporary file beside ``path``, then renamed to it; nothing kept when the
+    folder cannot be written (the run goes on, generating it again next time)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 @lru_cache(maxsize=4)
 def build_corpus(seed: int = 0, pool: int = 40_000) -> dict[str, tuple[Example, ...]]:
-    """``pool`` examples with distinct corrections, half Spanish and half English, split."""
+    """``pool`` examples with distinct corrections, half Spanish and half English, split: read from
+    the cache file (:func:`cache_dir`) when an earlier process kept it, else generated
+    (:func:`generate_corpus`) and kept."""
+    path = cache_file("corpus", seed, pool)
+    if path is not None:
+        path = path.with_suffix(".json")
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+            return {name: tuple(Example(*row) for row in rows[name]) for name in SPLITS}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not kept yet, or unreadable: generated and kept again
+    corpus = generate_corpus(seed, pool)
+    if path is not None:
+        rows = {name: [[e.wrong, e.right, e.kind, e.lang] for e in examples] for name, examples in corpus.items()}
+        _keep(path, lambda tmp: tmp.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8"))
+    return corpus
+
+
+def generate_corpus(seed: int = 0, pool: int = 40_000) -> dict[str, tuple[Example, ...]]:
+    """The corpus itself: ``pool`` examples with distinct corrections, half Spanish and half English,
+    drawn from a generator seeded with ``seed``, each put in its split by :func:`split_of`."""
     rng = random.Random(seed)
     seen: set[str] = set()
     splits: dict[str, list[Example]] = {name: [] for name in SPLITS}
@@ -309,7 +391,26 @@ def tokenized(split: str, block_size: int = 32, seed: int = 0) -> tuple[np.ndarr
     position of each row's ``<sep>``. Row layout: ``<bos> wrong <sep> right <eos> <pad>...``."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-    examples = build_corpus(seed)[split]
+    path = cache_file("tokens", split, block_size, seed)
+    if path is not None:
+        path = path.with_suffix(".npz")
+        try:
+            with np.load(path) as kept:  # kept as 16-bit ids (609 tokens), trained on as int64
+                return kept["rows"].astype(np.int64), kept["sep_at"].astype(np.int64)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            pass  # not kept yet, or unreadable: made and kept again
+    rows, sep_at = _tokenize(build_corpus(seed)[split], block_size)
+    if path is not None:
+        _keep(path, lambda tmp: _save_arrays(tmp, rows=rows.astype(np.uint16), sep_at=sep_at.astype(np.uint16)))
+    return rows, sep_at
+
+
+def _save_arrays(path: Path, **arrays: np.ndarray) -> None:
+    with path.open("wb") as f:  # a file, not a name: np.savez would add ".npz" to the temporary name
+        np.savez(f, **arrays)
+
+
+def _tokenize(examples: tuple[Example, ...], block_size: int) -> tuple[np.ndarray, np.ndarray]:
     rows = np.full((len(examples), block_size + 1), PAD_ID, dtype=np.int64)
     sep_at = np.zeros(len(examples), dtype=np.int64)
     for i, ex in enumerate(examples):

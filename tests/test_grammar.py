@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -52,10 +55,86 @@ def test_splits_never_share_a_sentence():
 
 
 def test_corpus_is_deterministic_and_seeded():
-    fresh = grammar.build_corpus.__wrapped__(0)  # bypass the cache: really generate it again
-    assert fresh == grammar.build_corpus(0)
-    other = grammar.build_corpus.__wrapped__(1, pool=2000)
+    fresh = grammar.generate_corpus(0)  # bypass both caches (this process's and the file): generate it again
+    assert fresh == grammar.build_corpus(0)  # what every run trains on, read from the cache file when kept
+    other = grammar.generate_corpus(1, pool=2000)
     assert [e.right for e in other["train"][:50]] != [e.right for e in fresh["train"][:50]]
+
+
+@pytest.fixture
+def cache_in(tmp_path, monkeypatch):
+    """The corpus cache in a folder of this test's, this process's own caches emptied before and after."""
+
+    def clear():
+        grammar.build_corpus.cache_clear()
+        grammar.tokenized.cache_clear()
+
+    monkeypatch.setenv(grammar.CACHE_VARIABLE, str(tmp_path / "cache"))
+    clear()
+    yield tmp_path / "cache"
+    clear()
+
+
+def test_the_kept_corpus_is_the_generated_one(cache_in, monkeypatch):
+    """The first process generates the corpus and keeps it (the examples, each split's token rows);
+    the next reads the files and gets exactly what generating it gives."""
+    generated = grammar.generate_corpus(1, pool=2000)
+    first = grammar.build_corpus(1, pool=2000)
+    assert first == generated
+    rows, sep_at = grammar.tokenized("val", 40)  # the default corpus's (seed 0), 41 tokens a row
+    made = grammar._tokenize(grammar.generate_corpus(0)["val"], 40)
+    assert np.array_equal(rows, made[0]) and np.array_equal(sep_at, made[1])
+    kept = sorted(p.name.split("-")[0] + p.suffix for p in cache_in.iterdir())
+    assert kept == ["corpus.json", "corpus.json", "tokens.npz"], kept  # seed 1's corpus, seed 0's, its val rows
+    grammar.build_corpus.cache_clear()
+    grammar.tokenized.cache_clear()
+    (cache_in / "unrelated.txt").write_text("x")
+    for name in ("generate_corpus", "_tokenize"):  # from here on, only the files can answer
+        monkeypatch.setattr(grammar, name, lambda *args, name=name: pytest.fail(f"{name}{args}: made again"))
+    again = grammar.build_corpus(1, pool=2000)
+    rows_again, sep_again = grammar.tokenized("val", 40)
+    assert again == generated and again is not first  # read from the file, not from this process's cache
+    assert rows_again.dtype == rows.dtype == np.int64 and np.array_equal(rows_again, rows)
+    assert np.array_equal(sep_again, sep_at) and sep_again.dtype == np.int64
+    assert rows[0, 0] == grammar.BOS_ID and rows.shape[1] == 41
+
+
+def test_a_changed_generator_or_argument_never_reads_an_old_file(cache_in, monkeypatch):
+    names = {grammar.cache_file("corpus", 1, 2000), grammar.cache_file("corpus", 2, 2000)}
+    names.add(grammar.cache_file("tokens", "val", 32, 1))
+    names.add(grammar.cache_file("tokens", "val", 40, 1))
+    names.add(grammar.cache_file("tokens", "test", 32, 1))
+    before = grammar.cache_file("corpus", 1, 2000)
+    monkeypatch.setattr(grammar, "_sources_digest", lambda: "a generator edited since")
+    names.add(grammar.cache_file("corpus", 1, 2000))
+    assert len(names) == 6 and grammar.cache_file("corpus", 1, 2000) != before
+    assert all(p.parent == cache_in for p in names)
+
+
+def test_an_unreadable_file_is_generated_again_and_rewritten(cache_in):
+    path = grammar.cache_file("corpus", 1, 2000).with_suffix(".json")
+    cache_in.mkdir()
+    for broken in ('{"train": [["only", "two"]]}', "not json at all", '{"train": []}'):
+        path.write_text(broken)
+        grammar.build_corpus.cache_clear()
+        assert grammar.build_corpus(1, pool=2000) == grammar.generate_corpus(1, pool=2000), broken
+        assert json.loads(path.read_text())["test"], "rewritten whole"
+    tokens = grammar.cache_file("tokens", "val", 32, 0).with_suffix(".npz")
+    made = grammar._tokenize(grammar.generate_corpus(0)["val"], 32)
+    for broken in (b"PK\x03\x04 half a zip file", b"", b"\x93NUMPY not an archive"):
+        tokens.write_bytes(broken)
+        grammar.tokenized.cache_clear()
+        rows, sep_at = grammar.tokenized("val", 32)
+        assert np.array_equal(rows, made[0]) and np.array_equal(sep_at, made[1]), broken
+        assert tokens.stat().st_size > 1000, "rewritten whole"
+    assert not [p for p in cache_in.iterdir() if p.name.endswith(".tmp")], "no temporary file left"
+
+
+def test_an_empty_cache_variable_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(grammar.CACHE_VARIABLE, "")
+    assert grammar.cache_dir() is None and grammar.cache_file("corpus", 0, 40_000) is None
+    monkeypatch.delenv(grammar.CACHE_VARIABLE)
+    assert grammar.cache_dir() == Path(grammar.__file__).resolve().parent.parent / "out" / "cache"
 
 
 def test_every_error_has_exactly_one_correction():
