@@ -322,17 +322,21 @@ def cache_dir() -> Path | None:
 
 
 @cache
-def _sources_digest() -> str:
+def _sources_digest() -> str | None:
+    """A hash of the generator's source (None where it cannot be read: then nothing is kept)."""
     digest = hashlib.sha256()
-    for source in (Path(__file__), Path(lexicon.__file__)):
-        digest.update(source.read_bytes())
+    try:
+        for source in (Path(__file__), Path(lexicon.__file__)):
+            digest.update(source.read_bytes())
+    except OSError:
+        return None
     return digest.hexdigest()
 
 
 def cache_file(kind: str, *args: object) -> Path | None:
     """The file that keeps ``kind`` (``corpus`` or ``tokens``) for these arguments, or None."""
     folder = cache_dir()
-    if folder is None:
+    if folder is None or _sources_digest() is None:
         return None
     key = f"{CACHE_FORMAT} {_sources_digest()} {sys.version_info[:2]} {args}"
     return folder / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:20]}"

@@ -109,6 +109,8 @@ def test_a_changed_generator_or_argument_never_reads_an_old_file(cache_in, monke
     names.add(grammar.cache_file("corpus", 1, 2000))
     assert len(names) == 6 and grammar.cache_file("corpus", 1, 2000) != before
     assert all(p.parent == cache_in for p in names)
+    monkeypatch.setattr(grammar, "_sources_digest", lambda: None)  # a source that cannot be read
+    assert grammar.cache_file("corpus", 1, 2000) is None
 
 
 def test_an_unreadable_file_is_generated_again_and_rewritten(cache_in):
