@@ -292,6 +292,12 @@ def test_english_notebook_runs_top_to_bottom(path, executed):
     your_turn = [c for c in notebook.cells if "your-turn" in tags(c)]
     silent = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] in text(c)]
     assert not silent, f"with the reference, your-turn cells said 'not written yet': {silent}"
+    # the lab scripts a cell runs (on_two_ranks: "$ torchrun ... (N s, exit code K)"), each to its end
+    launches = [c for c in notebook.cells if c.cell_type == "code" and "def on_two_ranks" in c.source]
+    codes = [int(k) for c in launches for k in re.findall(r"\(\d+ s, exit code (\d+)\)", text(c))]
+    assert len(codes) == sum(len(re.findall(r"^on_two_ranks\(", c.source, re.M)) for c in launches), codes
+    failed = [line for c in launches for line in text(c).splitlines() if re.search(r"exit code [1-9]", line)]
+    assert codes == [0] * len(codes), f"a lab script the notebook runs failed with the reference: {failed}"
 
 
 def literals(source: str) -> list[str]:
