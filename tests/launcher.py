@@ -122,7 +122,7 @@ def _fork_context(env: Mapping[str, str]):
 
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(
-                ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor"]
+                ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor", "torch._dynamo"]
             )
             _forkserver = context
     return _forkserver
