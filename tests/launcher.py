@@ -208,6 +208,7 @@ def start_ranks(
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
             "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": "1",
@@ -243,6 +244,17 @@ def _collect(procs: list, timeout_s: float) -> list[subprocess.CompletedProcess]
             err = f"killed at its time limit of {timeout_s:g} s ({HINT})\n{err}"
         done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
     return done
+
+
+def run_script(args: list[str], nproc: int, timeout_s: float) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=<nproc> *args`` (a lab script and its flags) without
+    torchrun's agent: the ranks of :func:`start_ranks`, on one node. One result: the exit code of the
+    first rank that failed (0 when none did), and the ranks' outputs one after the other in rank order.
+    For a test that reads what a lab's check proves; each lab script's own torchrun launch, as a
+    learner types it, stays tested elsewhere (CONTRIBUTING, "Where the CPU goes")."""
+    done = start_ranks([str(a) for a in args], nproc, timeout_s)
+    code = next((p.returncode for p in done if p.returncode), 0)
+    return subprocess.CompletedProcess(args, code, "".join(p.stdout for p in done), "".join(p.stderr for p in done))
 
 
 def run_ranks(

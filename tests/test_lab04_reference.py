@@ -91,18 +91,17 @@ def test_more_ranks_match_fsdp2_to_the_bit(more_ranks):
 
 
 def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
-    """lab/04_fsdp.py --check as a learner runs it (one torchrun of two processes), short: every
-    proof of the full run, on 2 training steps, passes and the report has the issue's keys."""
+    """lab/04_fsdp.py --check on two ranks (torchrun's, without its agent: ``launcher.run_script``; the
+    check of a mistake below is a torchrun as a learner types it), short: every proof of the full run,
+    on 2 training steps, passes and the report has the issue's keys."""
+    from tests import launcher
     from tests.limits import limit
-    from tests.test_lab01_script import start
 
     report = tmp_path / "lab04.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    command += ["lab/04_fsdp.py", "--check", "--steps", "2", "--short-steps", "1"]
-    command += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report)]
-    process = start(command)
-    _, err = process.communicate(timeout=limit(240))
-    assert process.returncode == 0, err[-2000:]
+    args = ["lab/04_fsdp.py", "--check", "--steps", "2", "--short-steps", "1"]
+    args += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report)]
+    done = launcher.run_script(args, 2, limit(240))
+    assert done.returncode == 0, done.stderr[-2000:]
     r = json.loads(report.read_text())
     keys = ("world_size", "ranks_bit_identical", "bytes_per_rank_per_step", "bytes_model", "event_order_matches_fsdp2")
     assert all(k in r for k in (*keys, *proof.REPORT_KEYS, "tutor_accuracy")), sorted(r)

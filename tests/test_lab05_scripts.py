@@ -1,13 +1,12 @@
-"""Lab 05's two scripts as a learner runs them (the course's own checks, no points): one torchrun of
-lab/05_tensor_parallel.py --check (short, with sequence parallelism) on 2 ranks and one of
-lab/05_ring_attention.py --check on 4 (on the suite's second lane). Each report is held against numbers this file computes
+"""Lab 05's two scripts (the course's own checks, no points): lab/05_tensor_parallel.py --check
+(short, with sequence parallelism) on 2 ranks and lab/05_ring_attention.py --check on 4 (on the
+suite's second lane), each as torchrun's ranks without its agent (``launcher.run_script``). Each report is held against numbers this file computes
 itself: theory page 02's byte formulas, the parameter count of a MiniGPT cut by hand.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -16,21 +15,18 @@ import pytest
 from minigpt.model import GPTConfig, MiniGPT
 from minigpt.parallel import proof
 from minigpt.zero import analytic as za
-from tests import background
+from tests import background, launcher
 from tests.limits import limit
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def torchrun(args: list[str], nproc: int, timeout_s: float) -> str:
-    from tests.limits import limit
-    from tests.test_lab01_script import start
-
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
-    process = start(command)
-    out, err = process.communicate(timeout=limit(timeout_s))
-    assert process.returncode == 0, err[-2000:]
-    return out
+def run(args: list[str], nproc: int, timeout_s: float) -> str:
+    """The lab script on ``nproc`` ranks as torchrun starts them, without its agent (one torch import
+    less; ``launcher.run_script``): notebook 05 runs both scripts under torchrun, as a learner does."""
+    done = launcher.run_script(args, nproc, limit(timeout_s))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def parameter_bytes_per_rank(tp: int) -> int:
@@ -54,7 +50,7 @@ def test_the_tensor_parallel_script_passes_its_check(tmp_path):
     drift stays within Lab 01's criterion over these early steps."""
     report = tmp_path / "tp.json"
     args = ["lab/05_tensor_parallel.py", "--check", "--sequence-parallel", "--steps", "6"]
-    torchrun([*args, "--test-sentences", "5", "--quiet", "--report", str(report)], 2, 240)
+    run([*args, "--test-sentences", "5", "--quiet", "--report", str(report)], 2, 240)
     r = json.loads(report.read_text())
     keys = ("world_size", "tp", "bytes_per_rank_per_step", "bytes_model", "pytorch_fp32_max_step_drift")
     assert all(k in r for k in (*keys, *proof.REPORT_KEYS)), sorted(r)
@@ -82,7 +78,7 @@ def run_ring_check(folder: Path) -> dict:
     (tests/background.py), from collection on; the test that reads it runs last."""
     report = folder / "ring.json"
     args = ["lab/05_ring_attention.py", "--check", "--check-steps", "3", "--fp64-steps", "20", "--seq-lens", "32", "64"]
-    torchrun([*args, "--report", str(report)], 4, 240)
+    run([*args, "--report", str(report)], 4, 240)
     return json.loads(report.read_text())
 
 

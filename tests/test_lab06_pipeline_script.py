@@ -1,6 +1,6 @@
-"""Lab 06's pipeline script as a learner runs it (the course's own checks, no points): one torchrun of
-lab/06_pipeline.py --check on 2 stages (1F1B) and one on 4 (GPipe), few steps each, and one run of a
-learner's 1F1B that deadlocks. Each report is held against numbers this file computes itself: the
+"""Lab 06's pipeline script (the course's own checks, no points): lab/06_pipeline.py --check on 2
+stages (1F1B) and on 4 (GPipe), few steps each, as torchrun's ranks without its agent
+(``launcher.run_script``), and one torchrun, as a learner types it, of a learner's 1F1B that deadlocks. Each report is held against numbers this file computes itself: the
 bytes of the activations and of the tied matrix, the micro-batches GPipe and 1F1B hold, the bubble
 formula.
 """
@@ -16,6 +16,7 @@ import pytest
 from minigpt.model import GPTConfig
 from minigpt.parallel import proof
 from minigpt.runners import lab06_pipeline
+from tests import launcher
 from tests.limits import limit
 
 pytestmark = pytest.mark.timeout(400)
@@ -53,8 +54,8 @@ def test_the_pipeline_script_passes_its_check(tmp_path, stages, schedule, m):
     report = tmp_path / "pipe.json"
     args = ["lab/06_pipeline.py", "--check", "--schedule", schedule, "--micro-batches", str(m), "--steps", "4"]
     args += ["--bubble-micro-batches", "1", str(m), "--test-sentences", "5", "--quiet", "--report", str(report)]
-    code, out, err = torchrun(args, stages, 300)
-    assert code == 0, err[-2000:]
+    done = launcher.run_script(args, stages, limit(300))
+    assert done.returncode == 0, done.stderr[-2000:]
     r = json.loads(report.read_text())
     assert {"stages", "micro_batches", "schedule", "max_grad_diff", "bubble_measured", "bubble_model"} <= set(r)
     assert set(proof.REPORT_KEYS) <= set(r), sorted(r)
@@ -70,6 +71,7 @@ def test_the_pipeline_script_passes_its_check(tmp_path, stages, schedule, m):
     assert r["bubble_model"] == {str(k): (stages - 1) / (k + stages - 1) for k in (1, m)}
     # the wall clock: one micro-batch leaves every stage but one idle; more micro-batches, less idle
     assert r["bubble_measured"]["1"] >= r["bubble_measured"][str(m)] > 0, r["bubble_measured"]
+    out = done.stdout
     assert "stage 0  F0" in out and f"stage {stages - 1}" in out, out[:2000]  # the chart
 
 
