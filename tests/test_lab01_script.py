@@ -258,3 +258,38 @@ def test_a_rank_that_starts_too_late_is_a_busy_machine_not_a_skipped_collective(
     assert "could not connect to the other rank within 3 s" in lines[0], lines[0]
     assert "the machine may be busy; raise --timeout or MINIGPT_TIME_SCALE" in lines[0], lines[0]
     assert "collective" not in lines[0], lines[0]
+
+
+SLOW_BUILD = """
+import sys, time
+import torch, torch.distributed as dist
+from minigpt.parallel import launch
+
+ctx = launch.init(timeout_s=2.0)
+if ctx.rank == 1:
+    time.sleep(5.0)  # building its model and optimizer on a busy machine: 5 s after rank 0
+if sys.argv[1] == "ready":
+    launch.ready(ctx)
+t = torch.ones(3)
+try:
+    dist.all_reduce(t)
+    print("sum", t.tolist(), flush=True)
+except RuntimeError as exc:
+    print("failed", " ".join(str(exc).split())[:120], flush=True)
+launch.teardown()
+"""
+
+
+def test_a_rank_slow_to_build_is_a_slow_start_not_a_frozen_peer(tmp_path):
+    """launch.ready (lab/01_ddp.py calls it once its models and optimizers are built): the ranks meet
+    under the start-up timeout, then the collective timeout (2 s here) bounds each collective. Rank 1
+    builds 5 s after rank 0: with ready the first all-reduce succeeds; without it, rank 0's first
+    collective waits 2 s and fails, which is what a busy machine did to a 5 s --timeout."""
+    from tests import launcher
+
+    script = tmp_path / "slow_build.py"
+    script.write_text(SLOW_BUILD)
+    with_ready = launcher.start_ranks([str(script), "ready"], 2, limit(120))
+    without = launcher.start_ranks([str(script), "plain"], 2, limit(120))
+    assert [p.stdout.strip() for p in with_ready] == ["sum [2.0, 2.0, 2.0]"] * 2, [p.stderr[-800:] for p in with_ready]
+    assert without[0].stdout.startswith("failed"), (without[0].stdout, without[0].stderr[-800:])

@@ -165,6 +165,21 @@ def connect(backend: str, rank: int, world_size: int, timeout_s: float, **kwargs
     dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
+def ready(ctx: DistContext) -> None:
+    """The end of start-up: every rank has built what it trains (model, optimizer, batches) and meets
+    the others once more under the start-up timeout (:func:`start_up_timeout`) before its first step;
+    the collective timeout ``ctx.timeout_s`` bounds everything after. On a busy machine one rank can
+    finish building seconds after the others (the optimizer's first import alone is 1.4 s of CPU):
+    a slow start, not a frozen peer, which a short ``--timeout`` must not take for one."""
+    if ctx.world_size <= 1 or not dist.is_initialized():
+        return
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=start_up_timeout(ctx.timeout_s)))
+    try:
+        dist.barrier()
+    finally:
+        dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=ctx.timeout_s))
+
+
 def _start_group(backend: str, rank: int, **kwargs) -> None:
     """``dist.init_process_group``, or one line naming the fix when gloo cannot start on a laptop whose
     name does not resolve to an address of its own (a Mac on a network whose DNS does not know it, often).

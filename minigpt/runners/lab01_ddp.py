@@ -374,6 +374,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
     else:
         variants = [main_variant]
     runs = [Run(v, cfg, args, ctx) for v in variants]
+    launch.ready(ctx)  # every rank has built its models and optimizers: from here on, the collective timeout
     main_run = runs[variants.index(main_variant)]
     if ctx.is_main:
         layout = main_run.wrapped.bucket_layout()
