@@ -53,6 +53,9 @@ class Lane:
         self.root = Path(tempfile.mkdtemp(prefix="minigpt-lane-"))
         self.lock = threading.Lock()
         self.started = time.monotonic()
+        from tests import launcher
+
+        launcher.share_fork_hub()  # the gradings' ranks are forked from the suite's one server
         self.environ = dict(os.environ)  # before any test changes it (launcher.environ)
         self.timeline: dict[str, list[float]] = {}  # run -> [start, end], seconds from the lane's start
 

@@ -46,7 +46,7 @@ class Graded:
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: it shares the cores with the rest of the suite
         if folder is not None:
             env[impl.DIR_ENV_VAR] = str(folder)
-        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env)
+        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env, runner=launcher.run_command)
         self.folder, self.saved = folder, saved
         grader.save(self.report, saved)
 

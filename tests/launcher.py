@@ -3,25 +3,25 @@ torchrun's agent process (one torch import less), and collect what each rank wro
 
 Importing torch is most of what a short rank costs (about 1.7 s of CPU; a grading of every lab
 starts 16 processes). On Linux the ranks are therefore forked from a server process that imported
-torch once per session (:mod:`multiprocessing`'s forkserver, preloading ``torch``): each rank gets
-its own environment, working directory, arguments, output files and thread count, then runs the
-script as ``python script`` would (``runpy``, ``__name__ == "__main__"``). The server also imports
-FSDP2 and DTensor (``torch.distributed.fsdp``, ``torch.distributed.tensor``: 1.6 s of CPU that most
-ranks spent again; a grading of every lab went from 26.8 to 20.5 s of CPU), and ``torch._dynamo``,
-which ``torch.optim`` imports at the first optimizer (0.6 s in every rank that trains; a grading of
-every lab 19.3 to 17.0-17.8 s): at import they read only their own variables (sympy's, ``TORCH*``,
-``TORCHINDUCTOR_*``), none the ranks set. Nothing else is imported before the fork, so every module
-of ours that reads the environment at import reads the rank's. Elsewhere
-(macOS, where forking after some system libraries is unsafe), or with ``MINIGPT_FORK_RANKS=0``, or
-under a kernel set (the CPU's kernels are chosen once, from the environment the process started
-with), each rank is a fresh ``python`` process as before."""
+torch once (tests/forkhub.py): each rank gets its own environment, working directory, arguments,
+output files and thread count, then runs the script as ``python script`` would (``runpy``,
+``__name__ == "__main__"``). The server also imports FSDP2 and DTensor (``torch.distributed.fsdp``,
+``torch.distributed.tensor``: 1.6 s of CPU that most ranks spent again; a grading of every lab went
+from 26.8 to 20.5 s of CPU), and ``torch._dynamo``, which ``torch.optim`` imports at the first
+optimizer (0.6 s in every rank that trains; a grading of every lab 19.3 to 17.0-17.8 s): at import
+they read only their own variables (sympy's, ``TORCH*``, ``TORCHINDUCTOR_*``), none the ranks set.
+Nothing else is imported before the fork, so every module of ours that reads the environment at
+import reads the rank's. One server serves the whole suite: the gradings' pytest processes find it in
+their environment (``MINIGPT_FORK_HUB``) instead of importing all that once more for a server of their
+own. Elsewhere (macOS, where forking after some system libraries is unsafe), or with
+``MINIGPT_FORK_RANKS=0``, or under a kernel set (the CPU's kernels are chosen once, from the
+environment the process started with), each rank is a fresh ``python`` process as before."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import runpy
 import socket
 import subprocess
 import sys
@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tests.limits import HINT
+from tests.limits import HINT, limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,84 +110,22 @@ def free_port() -> int:
 FORK_VARIABLE = "MINIGPT_FORK_RANKS"  # "0": every rank a fresh python process
 KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 _FORK_LOCK = threading.Lock()
-_forkserver = None
 
 
-def _fork_context(env: Mapping[str, str]):
-    """The forkserver context the ranks are forked from, or None where they start as fresh processes."""
-    global _forkserver
+def fork_hub(env: Mapping[str, str]) -> str | None:
+    """The socket of the suite's fork server (tests/forkhub.py), or None where ranks start as fresh processes."""
     if sys.platform != "linux" or env.get(FORK_VARIABLE, "1") == "0" or any(k in env for k in KERNEL_SET_VARIABLES):
         return None
+    from tests import forkhub
+
     with _FORK_LOCK:
-        if _forkserver is None:
-            import multiprocessing
-
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(
-                ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor", "torch._dynamo"]
-            )
-            _forkserver = context
-    return _forkserver
+        return env.get(forkhub.VARIABLE) or forkhub.address()
 
 
-def _rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: str) -> None:
-    """In a forked rank: become ``python *command`` with environment ``env``, stdout and stderr into
-    the two files, and exit with the script's status."""
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(ROOT)
-    for fd, path in ((1, out_path), (2, err_path)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(target, fd)
-        os.close(target)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-    import torch
-
-    torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))  # the server read its own at import
-    script = str(Path(ROOT, command[0]))
-    sys.argv = [script, *command[1:]]
-    sys.path[:0] = [str(Path(script).parent), *env.get("PYTHONPATH", "").split(os.pathsep)]
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if isinstance(exc.code, int) or exc.code is None:
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except BaseException:  # noqa: BLE001 - as python prints an uncaught exception
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-class _ForkedRank:
-    """A forked rank, with the part of ``subprocess.Popen``'s interface that :func:`start_ranks` uses."""
-
-    def __init__(self, context, command: list[str], env: dict[str, str], folder: Path, rank: int):
-        self.args = [sys.executable, *command]
-        self.out, self.err = folder / f"stdout{rank}.txt", folder / f"stderr{rank}.txt"
-        self.process = context.Process(target=_rank_main, args=(command, env, str(self.out), str(self.err)))
-        self.process.start()
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.exitcode
-
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        self.process.join(timeout)
-        if self.process.is_alive():
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        read = lambda p: p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""  # noqa: E731
-        return read(self.out), read(self.err)
+def share_fork_hub() -> None:
+    """Start the fork server now, where ranks are forked, so that the processes this one starts from
+    now on (the gradings) share it: called before the suite's second lane takes its environment."""
+    fork_hub(os.environ)
 
 
 def start_ranks(
@@ -217,9 +155,11 @@ def start_ranks(
             "PYTHONPATH": str(ROOT),
             **(extra_env or {}),
         }
-        context = _fork_context(env)
-        if context is not None:
-            procs.append(_ForkedRank(context, command, env, folder, rank))
+        hub = fork_hub(env)
+        if hub is not None:
+            from tests.forkhub import HubRank
+
+            procs.append(HubRank(hub, command, env, folder, rank, wait_s=max(120.0, limit(120))))
             continue
         procs.append(
             subprocess.Popen(
@@ -231,6 +171,28 @@ def start_ranks(
     finally:
         import shutil
 
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_command(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)`` for a ``python``
+    command, forked from the suite's fork server where ranks are (torch already imported): how the
+    suite starts the grader's pytest processes (``grader.grade(runner=...)``)."""
+    args = command[1:] if command[0] == sys.executable else command
+    hub = fork_hub(env)
+    if hub is None:
+        return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    import shutil
+    import tempfile
+
+    from tests.forkhub import HubRank
+
+    folder = Path(tempfile.mkdtemp(prefix="minigpt-run-"))
+    try:
+        process = HubRank(hub, args, env, folder, 0, wait_s=max(120.0, limit(120)))
+        out, err = process.communicate()
+        return subprocess.CompletedProcess(command, process.returncode, out, err)
+    finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 

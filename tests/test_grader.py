@@ -74,7 +74,8 @@ def grade(monkeypatch, folder: Path | None = None, **kwargs) -> grader.Report:
         monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
     else:
         monkeypatch.setenv(impl.DIR_ENV_VAR, str(folder))
-    return grader.grade(impl="exercises", show=False, lang=kwargs.pop("lang", "en"), **kwargs)
+    lang = kwargs.pop("lang", "en")
+    return grader.grade(impl="exercises", show=False, lang=lang, runner=launcher.run_command, **kwargs)
 
 
 def environment(folder: Path | None, **extra: str) -> dict[str, str]:
@@ -136,7 +137,8 @@ def graded_run(spec: tuple, tmp: Path) -> grader.Report:
     folder, what, extra = spec
     if callable(folder):
         folder = folder(tmp)
-    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=environment(folder, **extra))
+    env = environment(folder, **extra)
+    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=env, runner=launcher.run_command)
 
 
 def submit(config: pytest.Config) -> dict:
