@@ -292,7 +292,7 @@ def grade(
     ``env`` is the environment to grade in (default: this process's; the course's tests grade
     several folders at once, each with its own). ``runner(command, env)`` runs the pytest process and
     returns its output (default: ``subprocess.run``; the course's tests fork it from a process that has
-    imported torch already)."""
+    imported torch already); with ``details`` the output goes to the terminal, always by ``subprocess.run``."""
     return _grade(exercise, lab, impl or "exercises", language(lang), details, show, env, runner)
 
 

@@ -138,7 +138,11 @@ def serve(address: str, starter_fd: int) -> None:
                 reap()
             elif key.data == "listener":
                 conn, _ = listener.accept()
-                request = _read_line(conn)
+                conn.settimeout(30)  # a client sends its request at once: one that does not cannot hold the server
+                try:
+                    request = _read_line(conn)
+                except OSError:
+                    request = None
                 if request is None:
                     conn.close()
                     continue

@@ -122,6 +122,12 @@ def fork_hub(env: Mapping[str, str]) -> str | None:
         return env.get(forkhub.VARIABLE) or forkhub.address()
 
 
+def hub_wait_s() -> float:
+    """How long a client waits for the fork server (still importing torch on a busy machine): 120 s, or
+    more under MINIGPT_TIME_SCALE, never less (the time-limit grading's 0.05 must not shrink it)."""
+    return max(120.0, limit(120))
+
+
 def share_fork_hub() -> None:
     """Start the fork server now, where ranks are forked, so that the processes this one starts from
     now on (the gradings) share it: called before the suite's second lane takes its environment."""
@@ -159,7 +165,7 @@ def start_ranks(
         if hub is not None:
             from tests.forkhub import HubRank
 
-            procs.append(HubRank(hub, command, env, folder, rank, wait_s=max(120.0, limit(120))))
+            procs.append(HubRank(hub, command, env, folder, rank, wait_s=hub_wait_s()))
             continue
         procs.append(
             subprocess.Popen(
@@ -189,7 +195,7 @@ def run_command(command: list[str], env: dict[str, str]) -> subprocess.Completed
 
     folder = Path(tempfile.mkdtemp(prefix="minigpt-run-"))
     try:
-        process = HubRank(hub, args, env, folder, 0, wait_s=max(120.0, limit(120)))
+        process = HubRank(hub, args, env, folder, 0, wait_s=hub_wait_s())
         out, err = process.communicate()
         return subprocess.CompletedProcess(command, process.returncode, out, err)
     finally:

@@ -246,7 +246,9 @@ def _forked_kernels() -> None:
         env = {k: v for k, v in (env or os.environ).items() if k != "JPY_PARENT_PID"}
         folder = Path(cwd or tempfile.mkdtemp(prefix="minigpt-kernel-"))
         stderr.flush()
-        return HubRank(hub, cmd[1:], env, folder, 0, 120.0, err=Path(stderr.name), cwd=str(folder), group=True)
+        return HubRank(
+            hub, cmd[1:], env, folder, 0, launcher.hub_wait_s(), err=Path(stderr.name), cwd=str(folder), group=True
+        )
 
     launch_kernel.forked = True
     local_provisioner.launch_kernel = launch_kernel
