@@ -14,12 +14,17 @@ TORCH_INDEX ?=
 # shows it in the score table's NOT RUN line)
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_NOTE = $(VENV)/browser-not-installed.txt
+# make install's slurm step: where it cannot install Debian's Slurm, the note says why (tests/test_slurm.py shows it
+# in the score table's NOT RUN line)
+SLURM_NOTE = $(VENV)/slurm-not-installed.txt
+SLURM_PROGRAMS ?= /usr/bin/sbatch /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged
 
-.PHONY: help install browser check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
+.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
-	@echo "make test    install (once; Debian's chromium too, for the browser test), make lint, then the whole test suite"
+	@echo "             DEVICE=cpu|cuda where the two ranks run (default auto: two GPUs if there are, else the CPU)"
+	@echo "make test    install (once; Debian's chromium and Slurm too, for the browser and Slurm tests), make lint, then the whole test suite"
 	@echo "make test-fast  the quick loop for contributors: unit and page tests only, about a minute"
 	@echo "make lint    ruff check and ruff format --check, with the rules in pyproject.toml (make format fixes what it can)"
 	@echo "make grade   score your own exercises (lab/exercises/): per exercise, one line per lost point"
@@ -64,10 +69,32 @@ browser:
 	         skip "apt-get failed (exit status $$code$${why:+: $$why})"; }; \
 	[ -x "$(CHROMIUM)" ] || skip "apt-get's chromium is not there"
 
-install: $(STAMP) browser
+# Debian's Slurm (22.05 in bookworm), for the test that submits Lab 01's recipe, lab/slurm/01_ddp.sbatch, to a
+# cluster of two nodes on this machine (tests/test_slurm.py). Installed as the browser is, and never failing the
+# install: where it cannot be installed, one WARNING line, SLURM_NOTE says why, and that test is NOT RUN. Only the
+# packages: the test starts and stops its own daemons, with a configuration of its own, and nothing is started here.
+slurm:
+	@rm -f $(SLURM_NOTE); \
+	there() { for p in $(SLURM_PROGRAMS); do [ -x "$$p" ] || return 1; done; }; \
+	if there; then exit 0; fi; \
+	skip() { echo "WARNING: Slurm is missing and $$1: the Slurm test will not run"; \
+	    mkdir -p $(VENV) && echo "$$1" > $(SLURM_NOTE); exit 0; }; \
+	command -v apt-get >/dev/null 2>&1 || skip "there is no apt-get to install it"; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo"; \
+	else skip "installing it needs root (sudo apt-get install slurmctld slurmd slurm-client munge)"; fi; \
+	echo "installing Debian's Slurm for the Slurm test (apt-get, once)"; \
+	out=$$( { $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge; } 2>&1 ) \
+	    || { code=$$?; why=$$(printf '%s\n' "$$out" | grep '^E: ' | head -n 1 | cut -c1-200); \
+	         skip "apt-get failed (exit status $$code$${why:+: $$why})"; }; \
+	there || skip "apt-get's Slurm is not there ($(SLURM_PROGRAMS))"
 
+install: $(STAMP) browser slurm
+
+# DEVICE=auto|cpu|cuda (or MINIGPT_DEVICE in the environment): where the two ranks run. auto, the default: one GPU
+# each when this machine has two, else the CPU, said in one line with the command that would use the GPU.
 demo: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2 lab/01_ddp.py --check --report out/lab01.json
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=2 lab/01_ddp.py --check --report out/lab01.json$(if $(DEVICE), --device $(DEVICE))
 
 # ruff's rules and line length are in pyproject.toml ([tool.ruff]); `make format` applies the formatting.
 lint: $(STAMP)
@@ -79,7 +106,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 test: install lint
-	MINIGPT_CHROMIUM="$(CHROMIUM)" MINIGPT_BROWSER_NOTE="$(BROWSER_NOTE)" $(PY) -m pytest
+	MINIGPT_CHROMIUM="$(CHROMIUM)" MINIGPT_BROWSER_NOTE="$(BROWSER_NOTE)" MINIGPT_SLURM_NOTE="$(SLURM_NOTE)" \
+	    MINIGPT_SLURM_PROGRAMS="$(SLURM_PROGRAMS)" $(PY) -m pytest
 
 # The contributor's quick loop (CONTRIBUTING, "Tests"): no test that starts processes or trains a model.
 test-fast: $(STAMP)

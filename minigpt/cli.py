@@ -389,6 +389,24 @@ def launcher_env(environ=None) -> tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Where the ranks run (decided by minigpt.parallel.launch.place)
+
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_VARIABLE = "MINIGPT_DEVICE"  # the device when --device is not given (make demo DEVICE=cpu sets it)
+
+
+def add_device_flag(p: argparse.ArgumentParser) -> None:
+    """``--device auto|cpu|cuda``, the same on every lab script."""
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=None,
+        help="auto: one GPU per rank when this machine has as many GPUs as ranks, else every rank on the CPU "
+        f"(gloo); cpu; cuda: one GPU per rank, or a refusal (default: ${DEVICE_VARIABLE}, else auto)",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
 # Paths a script writes
 
 

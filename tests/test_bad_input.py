@@ -94,6 +94,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (DDP, ["--accum", "3"], ["--accum 3", "--batch-size 64"]),
     (DDP, ["--collective", "nccl"], ["--collective nccl", "torch, ring"]),
     (DDP, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
+    (DDP, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (BENCH, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
     (BENCH, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (BENCH, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
     (BENCH, ["--steps", "0"], ["--steps 0"]),
@@ -143,6 +145,9 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (PRACTICE, ["--steps", "1"], ["--steps 1"]),
     (PRACTICE, ["--batch-size", "0"], ["--batch-size 0"]),
     (PRACTICE, ["--only", "wrap,nope"], ["--only", "nope"]),
+    (PRACTICE, ["--device", "mps"], ["--device mps", "auto, cpu, cuda"]),
+    (PREFETCH, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (ND7, ["--device", "xla"], ["--device xla", "auto, cpu, cuda"]),
     (PRACTICE, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     # Lab 04
     (FSDP4, ["--seed", "-1"], ["--seed -1"]),
@@ -279,6 +284,19 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     ),
 ]
 
+# the device decision (minigpt.parallel.launch.place): a request no machine here can meet, on any
+# machine (CUDA_VISIBLE_DEVICES hides every GPU), and a MINIGPT_DEVICE that is no device
+ENV_ROWS += [
+    (DDP, ["--device", "cuda"], {"CUDA_VISIBLE_DEVICES": ""}, ["--device cuda", "GPU", "--device auto"]),
+    (FSDP4, [], {"MINIGPT_DEVICE": "gpu"}, ["MINIGPT_DEVICE=gpu", "auto, cpu, cuda"]),
+    (
+        TP5,
+        [],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MINIGPT_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": ""},
+        ["[rank 0] lab/05_tensor_parallel.py: error: MINIGPT_DEVICE cuda", "GPU"],
+    ),
+]
+
 # run on each rank of one torchrun of two: every rank refuses, each with its rank
 TORCHRUN_ROWS: list[tuple[str, list[str], list[str]]] = [
     (DDP, ["--seed", "-1"], ["--seed -1"]),
@@ -287,6 +305,7 @@ TORCHRUN_ROWS: list[tuple[str, list[str], list[str]]] = [
     (PREFETCH, ["--trace-dir", "{file}"], ["--trace-dir {file}"]),
     (PRACTICE, ["--batch-size", "63"], ["--batch-size 63", "world size 2"]),
     (BENCH, ["--bucket-cap-mb", "inf"], ["--bucket-cap-mb inf"]),
+    (DDP, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
 ]
 
 

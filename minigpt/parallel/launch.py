@@ -22,6 +22,9 @@ rules keep torchrun's own report honest (its "Root Cause" is the first rank *it*
   for torchrun to stop it, instead of exiting with an error that torchrun would blame on it;
 * a survivor stopped by torchrun (SIGTERM) says so in one line, naming the rank that failed
   first when it can tell.
+
+Where each rank runs is decided once, by :func:`place`: a pure function of what the process sees
+(:class:`Seen`: a CUDA build, GPUs, ranks on this machine) and the learner's ``--device``.
 """
 
 from __future__ import annotations
@@ -79,23 +82,155 @@ def torchrun_env() -> tuple[int, int, int]:
     return cli.launcher_env()
 
 
-def init(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> DistContext:
+# ----------------------------------------------------------------------------------------------
+# Where each rank runs: one decision, from what the process sees
+
+DEVICES, DEVICE_VARIABLE = cli.DEVICES, cli.DEVICE_VARIABLE
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a process sees that decides where its rank runs (:func:`seen_here` reads it)."""
+
+    cuda_build: bool  # this torch was built with CUDA (torch.version.cuda); a CPU build never sees a GPU
+    cuda_available: bool  # torch.cuda.is_available(): a CUDA build, a driver and at least one visible GPU
+    gpu_count: int  # torch.cuda.device_count(): the GPUs visible to this process (CUDA_VISIBLE_DEVICES)
+    local_ranks: int  # the ranks torchrun starts on this machine (LOCAL_WORLD_SIZE; 1 for plain python)
+    nvidia_present: bool = False  # an NVIDIA driver's device file exists: a GPU a CPU build cannot use
+    torch_version: str = torch.__version__
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where every rank of this machine runs: ``backend`` ("gloo" or "nccl"), ``device_type`` ("cpu"
+    or "cuda": rank ``LOCAL_RANK`` takes ``cuda:LOCAL_RANK``), and ``note``, the one line said at start
+    when the choice is not the plain one (None on a machine without a GPU)."""
+
+    backend: str
+    device_type: str
+    note: str | None = None
+
+
+def requested_device(flag: str | None, environ=None) -> tuple[str, str]:
+    """The device asked for and who asked: ``--device`` when given, else ``MINIGPT_DEVICE``, else
+    ``"auto"``. A value that is none of :data:`DEVICES` is :class:`minigpt.cli.BadInput` naming it."""
+    environ = os.environ if environ is None else environ
+    if flag is not None:
+        value, source = flag, "--device"
+    elif environ.get(DEVICE_VARIABLE, "").strip():
+        value, source = environ[DEVICE_VARIABLE].strip(), DEVICE_VARIABLE
+    else:
+        return "auto", "default"
+    if value not in DEVICES:
+        shown = f"--device {value}" if source == "--device" else f"{DEVICE_VARIABLE}={value}"
+        raise cli.BadInput(f"{shown}: not a device; choose from {', '.join(DEVICES)}")
+    return value, source
+
+
+def place(requested: str, seen: Seen, gpu_command: str | None = None, source: str = "--device") -> Placement:
+    """Where the ranks of this machine run, from what the process sees and what the learner asked.
+
+    * ``cpu``: gloo on the CPU, always (said when GPUs stay idle).
+    * ``auto``: NCCL with one GPU per rank when there are as many GPUs as ranks on this machine;
+      otherwise gloo on the CPU, said in one line with why and, when the lab can run on that many
+      ranks (``gpu_command``, built by the caller), the command that would use the GPUs. Two NCCL
+      ranks cannot share one GPU, and gloo on the CPU runs every lab on any number of ranks.
+    * ``cuda``: NCCL with one GPU per rank, or :class:`minigpt.cli.BadInput` naming the counts.
+
+    A CPU build of torch sees no GPU (``cuda_available`` is False): the CPU case, said when a GPU's
+    driver is there.
+    """
+    if requested not in DEVICES:
+        raise cli.BadInput(f"{source} {requested}: not a device; choose from {', '.join(DEVICES)}")
+    n, g = seen.local_ranks, seen.gpu_count if seen.cuda_available else 0
+    ranks = f"{n} rank{'s' if n != 1 else ''} on this machine"
+    gpus = f"{g} GPU{'s' if g != 1 else ''}"
+    if requested == "cuda":
+        if not seen.cuda_build:
+            raise cli.BadInput(
+                f"{source} cuda: this torch ({seen.torch_version}) is a CPU build and cannot use a GPU; install "
+                "PyTorch's CUDA build (README, Platforms) or give --device auto"
+            )
+        if g == 0:
+            raise cli.BadInput(
+                f"{source} cuda: torch {seen.torch_version} sees no GPU (torch.cuda.is_available() is False: no "
+                "driver, or CUDA_VISIBLE_DEVICES hides them); give --device auto or cpu"
+            )
+        if g < n:
+            raise cli.BadInput(
+                f"{source} cuda: {ranks} need {n} GPUs, one each, and torch sees {gpus}; start torchrun with "
+                f"--nproc_per_node={g}, or give --device auto (every rank on the CPU with gloo)"
+            )
+        return Placement("nccl", "cuda", f"device: NCCL, one GPU per rank ({n} of the {gpus} here)")
+    if requested == "cpu":
+        note = f"device: CPU with gloo, as {source} cpu asks (the {gpus} here stay idle)" if g else None
+        return Placement("gloo", "cpu", note)
+    if g >= n:
+        return Placement("nccl", "cuda", f"device: NCCL, one GPU per rank ({n} of the {gpus} here)")
+    if g > 0:
+        how = (
+            f"to use the {'GPU' if g == 1 else 'GPUs'}: {gpu_command}"
+            if gpu_command
+            else f"this lab needs more ranks than the {gpus} here, so it runs on the CPU"
+        )
+        return Placement("gloo", "cpu", f"device: CPU with gloo: {ranks} but {gpus} (NCCL needs a GPU per rank); {how}")
+    if not seen.cuda_build and seen.nvidia_present:
+        return Placement(
+            "gloo",
+            "cpu",
+            f"device: CPU with gloo: this torch ({seen.torch_version}) is a CPU build, so the NVIDIA GPU here "
+            "is not used; PyTorch's CUDA build uses it (README, Platforms)",
+        )
+    return Placement("gloo", "cpu")
+
+
+def local_ranks(environ=None) -> int:
+    """The ranks on this machine: torchrun's ``LOCAL_WORLD_SIZE`` (or ``WORLD_SIZE`` when a launcher
+    sets only that; 1 for a plain ``python`` start). A value that is no positive integer is
+    :class:`minigpt.cli.BadInput`."""
+    environ = os.environ if environ is None else environ
+    for name in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        text = environ.get(name, "").strip()
+        if text:
+            if not text.isdigit() or int(text) < 1:
+                raise cli.BadInput(f"{name}={text}: not a positive integer; torchrun sets it to the ranks it starts")
+            return int(text)
+    return 1
+
+
+def seen_here(environ=None) -> Seen:
+    """What this process sees (:class:`Seen`). Nothing here starts CUDA: ``device_count`` asks the
+    driver, so a rank that ends on the CPU never creates a CUDA context."""
+    cuda_available = torch.cuda.is_available()
+    return Seen(
+        cuda_build=torch.version.cuda is not None,
+        cuda_available=cuda_available,
+        gpu_count=torch.cuda.device_count() if cuda_available else 0,
+        local_ranks=local_ranks(environ),
+        nvidia_present=Path("/dev/nvidiactl").exists(),
+    )
+
+
+def placement_here(flag: str | None = None, gpu_command: str | None = None) -> Placement:
+    """:func:`place` for this process: ``flag`` (else ``MINIGPT_DEVICE``, else auto) against :func:`seen_here`."""
+    requested, source = requested_device(flag)
+    return place(requested, seen_here(), gpu_command, source)
+
+
+def init(timeout_s: float = DEFAULT_TIMEOUT_S, placement: Placement | None = None) -> DistContext:
     """Join the process group torchrun described (a world of one without torchrun).
 
-    ``backend`` defaults to ``"nccl"`` when CUDA is available and ``"gloo"`` otherwise; with
-    NCCL each process takes the GPU of its ``LOCAL_RANK``. ``timeout_s`` bounds every collective:
-    a peer that died or hangs ends this rank with an error instead of a wait without end.
+    ``placement`` says where the ranks run (default: :func:`placement_here`, from ``MINIGPT_DEVICE``
+    or auto); with NCCL each process takes the GPU of its ``LOCAL_RANK``. ``timeout_s`` bounds every
+    collective: a peer that died or hangs ends this rank with an error instead of a wait without end.
     """
     if timeout_s <= 0:
         raise ValueError(f"the collective timeout must be positive, got {timeout_s} s")
     rank, local_rank, world_size = torchrun_env()
-    if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend {backend!r} is not supported; use gloo or nccl")
-    if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise RuntimeError("backend nccl needs a GPU and this process sees none; use gloo")
+    if placement is None:
+        placement = placement_here()
+    backend = placement.backend
+    if placement.device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:

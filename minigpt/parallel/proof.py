@@ -44,6 +44,7 @@ wait for it at the next collective: the training keeps the ranks in lockstep.)
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -76,6 +77,45 @@ REPORT_KEYS = (
     "seconds",
 )
 State = dict  # {"weights": {name: tensor}, "moments": {key: {name: tensor}}, "step": tensor or None}
+
+
+# ----------------------------------------------------------------------------------------------
+# The rulers on a GPU
+
+CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs to run its matrix products deterministically
+
+
+def rulers_on(device: torch.device) -> dict:
+    """Make the twins of a ``--check`` on ``device`` compute what the rulers assume, and say what was set.
+
+    On a CPU nothing changes: its kernels are deterministic. On CUDA three settings, each taken from
+    PyTorch's reproducibility notes: TF32 off (an Ampere or newer GPU would otherwise round float32
+    matrix products to 10 bits of mantissa, a drift of 1e-3, far above the 1e-5 rulers);
+    deterministic algorithms, where PyTorch has them (an embedding's backward adds with atomics,
+    whose order, and so whose float32 rounding, changes from run to run); cuBLAS's fixed workspace,
+    which those algorithms need. ``warn_only``: an operation with no deterministic version warns
+    (naming it) instead of stopping the run. What stays different on a GPU is the order of the sums
+    inside NCCL's all-reduce, which depends on the number of ranks and the GPUs' links: two ranks add
+    two numbers (``a + b = b + a``, bit-identical to gloo and to PyTorch's DDP), more ranks do not."""
+    if device.type != "cuda":
+        return {}
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return cuda_settings()
+
+
+def cuda_settings() -> dict:
+    """The settings :func:`rulers_on` makes, as they are now (a ``--check``'s report records them)."""
+    return {
+        "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "allow_tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,47 @@ def add_check_flags(
             default=check_steps,
             help="--check: train and check the first N steps of the run's --steps (its schedule); --full: all",
         )
+
+
+def placement(
+    prog: str,
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    world_size: int,
+    accepts: Callable[[int], object] | None = None,
+    seen: launch.Seen | None = None,
+) -> launch.Placement:
+    """Where this machine's ranks run (:func:`minigpt.parallel.launch.place`), with the command that
+    would use the GPUs when there are fewer than ranks: ``--nproc_per_node=<GPU count>`` when the lab
+    runs on that many ranks (``accepts(world_size)`` returns; it raises ValueError otherwise: the
+    lab's own check of its arguments), else none. :class:`minigpt.cli.BadInput` for an impossible
+    request, before any process group exists."""
+    seen = launch.seen_here() if seen is None else seen
+    requested, source = launch.requested_device(getattr(args, "device", None))
+    command = None
+    gpus = seen.gpu_count if seen.cuda_available else 0
+    if requested == "auto" and 0 < gpus < seen.local_ranks and accepts is not None:
+        nodes = max(1, world_size // seen.local_ranks)
+        try:
+            accepts(gpus * nodes)
+            words = " ".join(sys.argv[1:] if argv is None else argv)
+            command = f"torchrun --nproc_per_node={gpus} {prog} {words}".rstrip()
+            command += " (on each machine)" if nodes > 1 else ""
+        except (ValueError, RuntimeError, NotImplementedError):
+            command = None
+    return launch.place(requested, seen, command, source)
+
+
+def start(args: argparse.Namespace, where: launch.Placement, timeout_s: float | None = None) -> launch.DistContext:
+    """Say where the ranks run (rank 0, one line, only when it is not the plain CPU case), join the
+    process group there, and, for a ``--check``, set what the rulers need on that device
+    (:func:`minigpt.parallel.proof.rulers_on`)."""
+    if where.note and cli.rank_prefix() in ("", "[rank 0] "):
+        print(f"[rank 0] {where.note}", flush=True)
+    ctx = launch.init(args.timeout if timeout_s is None else timeout_s, where)
+    if getattr(args, "check", False):
+        proof.rulers_on(ctx.device)
+    return ctx
 
 
 def steps_trained(args: argparse.Namespace, steps: int) -> int:
@@ -131,6 +173,8 @@ def finish(
         kernel_set_variables={name: os.environ.get(name) for name in KERNEL_SET_VARIABLES},
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
     )
+    if ctx.device.type == "cuda":
+        report.update(gpu=torch.cuda.get_device_name(ctx.device), cuda=torch.version.cuda, **proof.cuda_settings())
     if ctx.is_main:
         for line in lines_of(report):
             launch.log(ctx, line)
@@ -169,11 +213,12 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
             world_size = lab.world_size()
         check_proof_flags(args)
         settings = lab.check_args(args, world_size)
+        where = placement(lab.prog, args, argv, world_size, lambda n: lab.check_args(args, n))
     except NotImplementedError as exc:
         return cli.stop(lab.prog, f"{exc} (your code in lab/exercises/ is not written yet)")
     except (ValueError, RuntimeError) as exc:
         return cli.refuse(lab.prog, str(exc))
-    ctx = launch.init(args.timeout)
+    ctx = start(args, where)
     report = launch.run(ctx, lab.prog, lambda: lab.measure(settings, args, ctx))
     launch.teardown()
     return 0 if report.get("criterion_pass", True) else 1

@@ -43,6 +43,7 @@ from minigpt import cli, grammar
 from minigpt.parallel import launch
 from minigpt.parallel.ddp import BucketedDDP
 from minigpt.parallel.ddp_steps import VERSIONS, NaiveDDP
+from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer
 
 PROG = "lab/01_benchmark.py"
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"the models of parts 2 and 3, from {', '.join(SHAPES)}")
     p.add_argument("--out", default="out", help="folder for 01-benchmark-<device>.json and its renders")
     p.add_argument("--render", metavar="JSON", help="only render an existing result (no measuring)")
+    cli.add_device_flag(p)
     args = p.parse_args(argv)
     from minigpt.pages.lab01_benchmark import render
 
@@ -317,9 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         _, _, world_size = launch.torchrun_env()  # the values are valid: can this world run them?
         cli.need_world_size(world_size, 2, "the benchmark compares data-parallel variants")
         cli.divisible_by_world(None, GLOBAL_ROWS, world_size)
+
+        def accepts(n: int) -> None:
+            cli.need_world_size(n, 2, "the benchmark compares data-parallel variants")
+            cli.divisible_by_world(None, GLOBAL_ROWS, n)
+
+        where = entry.placement(PROG, args, argv, world_size, accepts)
     except cli.BadInput as exc:
         return cli.refuse(PROG, str(exc))
-    ctx = launch.init()
+    ctx = entry.start(args, where, launch.DEFAULT_TIMEOUT_S)
     torch.set_num_threads(1)
     result = {
         "device": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) per process",

@@ -96,6 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="(the world-1 half) read the sharded "
         "checkpoint in DIR into a plain MiniGPT and compare; run with plain python",
     )
+    cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
@@ -127,9 +128,14 @@ def check_args(args: argparse.Namespace) -> list[str]:
     if args.render:
         cli.input_json(args.render, "--render", ("meta",), "lab/results/03-practice-cpu.json")
     elif not args.load_resharded:  # the values given are valid: can this world run them?
-        cli.need_world_size(world_size, 2, "FSDP shards across ranks")
-        cli.divisible_by_world("--batch-size", args.batch_size, world_size)
+        world_check(args, world_size)
     return [n for n in DEMOS if n in names]
+
+
+def world_check(args: argparse.Namespace, world_size: int) -> None:
+    """Can a world of ``world_size`` ranks run the demonstrations? (BadInput otherwise.)"""
+    cli.need_world_size(world_size, 2, "FSDP shards across ranks")
+    cli.divisible_by_world("--batch-size", args.batch_size, world_size)
 
 
 def check_out_dir(value: str) -> None:
@@ -166,10 +172,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
         return 0
     from minigpt.parallel import launch
+    from minigpt.runners import entry
 
     if args.load_resharded:
         return load_half(args)
-    ctx = launch.init(args.timeout)
+    try:
+        _, _, world_size = launch.torchrun_env()
+        where = entry.placement(PROG, args, argv, world_size, lambda n: world_check(args, n))
+    except ValueError as exc:
+        return cli.refuse(PROG, str(exc))
+    ctx = entry.start(args, where)
     report = launch.run(ctx, PROG, lambda: run(names, args, ctx))
     launch.teardown()
     if ctx.rank != 0:
@@ -261,7 +273,8 @@ def load_half(args: argparse.Namespace) -> int:
     from minigpt.train import TrainConfig
 
     torch.set_num_threads(1)  # the kernels the saving ranks ran (torchrun gives each rank one thread)
-    ctx = launch.init(args.timeout)
+    # a world of one that reads the shards from disk into CPU memory: the CPU, whatever --device says
+    ctx = launch.init(args.timeout, launch.Placement("gloo", "cpu"))
     try:
         result = sharded_state.load_resharded(TrainConfig(seed=args.seed), args.load_resharded)
         folder = Path(args.load_resharded)

@@ -68,6 +68,7 @@ from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
 from minigpt.model import MiniGPT
 from minigpt.parallel import equivalence, launch
+from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step, validate
 
 PROG = "lab/03_fsdp_prefetch.py"
@@ -249,6 +250,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quiet", action="store_true", help="only the final table")
     p.add_argument("--render", metavar="JSON", help="only draw the tables and figures of a report (no training)")
+    cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
@@ -293,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _, _, world_size = launch.torchrun_env()
         names, cfg = check_args(args, world_size)
+        where = entry.placement(PROG, args, argv, world_size, lambda n: check_args(args, n))
     except (ValueError, RuntimeError) as exc:
         return cli.refuse(PROG, str(exc))
-    ctx = launch.init(args.timeout)
+    ctx = entry.start(args, where)
     report = launch.run(ctx, PROG, lambda: run(names, cfg, args, ctx))
     launch.teardown()
     return 0 if report["passed"] else 1

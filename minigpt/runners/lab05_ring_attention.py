@@ -306,6 +306,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    cli.add_device_flag(p)
     return p.parse_args(argv)
 
 

@@ -380,6 +380,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
