@@ -95,6 +95,9 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (DDP, ["--collective", "nccl"], ["--collective nccl", "torch, ring"]),
     (DDP, ["--report", "{file}/r.json"], ["--report {file}/r.json"]),
     (DDP, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (DDP, ["--trace", "{file}"], ["--trace {file}", "is a file; give a folder"]),
+    (FSDP4, ["--trace", "{file}"], ["--trace {file}", "is a file; give a folder"]),
+    (PREFETCH, ["--trace", "{file}"], ["--trace {file}", "is a file; give a folder"]),
     (BENCH, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
     (BENCH, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (BENCH, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
@@ -306,6 +309,7 @@ TORCHRUN_ROWS: list[tuple[str, list[str], list[str]]] = [
     (PRACTICE, ["--batch-size", "63"], ["--batch-size 63", "world size 2"]),
     (BENCH, ["--bucket-cap-mb", "inf"], ["--bucket-cap-mb inf"]),
     (DDP, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (FSDP4, ["--trace", "{file}"], ["--trace {file}", "is a file"]),
 ]
 
 

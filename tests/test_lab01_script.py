@@ -18,6 +18,7 @@ from minigpt.parallel import proof
 from minigpt.runners import lab01_ddp
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
+from tests.test_profiler import check_trace
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--warmup", "1", "--quiet"]
 
@@ -53,9 +54,10 @@ def start(command: list[str], **popen) -> subprocess.Popen:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("rendezvous", ["static", "c10d"])
 def test_two_node_launch_checks_and_reports(rendezvous, tmp_path):
-    report = tmp_path / "lab01.json"
+    report, traces = tmp_path / "lab01.json", tmp_path / "traces"
     port = free_port()
     common = ["--check", "--steps", "6", "--accum", "2", *TINY]  # --accum: all but the last micro-batch in no_sync
+    common += ["--bucket-cap-mb", "0.02", "--trace", str(traces)]  # a few buckets; the profiler's trace
     nodes = [
         torchrun_node(0, port, [*common, "--report", str(report)], rendezvous),
         torchrun_node(1, port, [*common, "--report", str(tmp_path / "other.json")], rendezvous),
@@ -82,6 +84,22 @@ def test_two_node_launch_checks_and_reports(rendezvous, tmp_path):
     assert data["same_as_pytorch"] and data["pytorch_max_diff"] == 0.0 and data["fp64_max_step_drift"] <= 1e-12
     assert len(data["last_step_timeline"]) == len(data["buckets"]) >= 1
     assert data["synchronised_backward_passes"] == 6, "with --accum 2, only the last micro-batch synchronises"
+    # the profiler's trace: one gzipped Chrome trace per rank, written by each machine's rank; in each traced
+    # step one all-reduce per bucket on gloo's thread, the first ones started while backward still ran
+    assert sorted(p.name for p in traces.iterdir()) == ["lab01-rank0.json.gz", "lab01-rank1.json.gz"]
+    buckets = len(data["buckets"])
+    assert buckets >= 3, data["buckets"]
+    started_under_backward = 0
+    for rank in (0, 1):
+        steps = check_trace(traces / f"lab01-rank{rank}.json.gz", "bucketed", 2)
+        assert [s["step"] for s in steps] == [3, 4, 5], steps
+        for step in steps:  # --accum 2: the step's bar holds both micro-batches, and the last one's all-reduces
+            assert [c["name"] for c in step["collectives"]] == ["gloo:all_reduce"] * buckets, step
+            ulp = 1e-9  # the times are differences of microsecond timestamps, divided by 1000
+            assert all(0 <= c["under_backward_ms"] <= c["end_ms"] - c["start_ms"] + ulp for c in step["collectives"])
+            assert 0 <= step["hidden_ms"] <= step["collective_ms"] + ulp, step
+            started_under_backward += sum(c["start_ms"] < step["backward_ms"][1] for c in step["collectives"])
+    assert started_under_backward > 0, "no bucket's all-reduce started before backward ended, in 6 traced steps"
 
 
 def children(pid: int) -> list[int]:

@@ -58,12 +58,14 @@ def run_variants(out: Path) -> dict:
             str(report),
             "--trace-dir",
             str(traces),
+            "--trace",
+            str(out / "profiler"),
             "--quiet",
         ],
     )
     for rank, (result, error) in enumerate(zip(results, errors)):
         assert result.get("exit_code") == 0, f"rank {rank}: {result} {error}"
-    return {"report": json.loads(report.read_text()), "traces": traces, "json": report}
+    return {"report": json.loads(report.read_text()), "traces": traces, "json": report, "profiler": out / "profiler"}
 
 
 def submit(config: pytest.Config) -> Future:
@@ -205,6 +207,24 @@ def test_trace_files_for_every_variant_in_both_languages(lab03_variants):
         for lang in ("en", "es"):
             png = lab03_variants["traces"] / f"{name}-timeline-{lang}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, png
+
+
+def test_the_profilers_trace_holds_the_collectives_the_course_recorded(lab03_variants):
+    """--trace: one gzipped Chrome trace per rank, one traced step (the last) of every variant. gloo's own
+    events count what the course's tracer counted: each all-gather, and each reduce-scatter, which gloo runs
+    as an all-reduce (one more all-reduce: the gradient clipping's norm)."""
+    from tests.test_profiler import check_trace
+
+    report = lab03_variants["report"]
+    for rank in range(WORLD):
+        path = lab03_variants["profiler"] / f"lab03-rank{rank}.json.gz"
+        for name, r in report["variants"].items():
+            (step,) = check_trace(path, name, WORLD)
+            names = [c["name"] for c in step["collectives"]]
+            assert step["step"] == STEPS - 1 and names.count("gloo:all_gather") == r["calls_per_step"]["all-gather"]
+            assert names.count("gloo:all_reduce") == r["calls_per_step"]["reduce-scatter"] + 1, (name, names)
+            if rank == 0:
+                assert report["trace"][name]["steps"] == [step], name
 
 
 def test_render_writes_the_tables_and_figures_of_a_report(lab03_variants, tmp_path):

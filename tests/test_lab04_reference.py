@@ -96,12 +96,20 @@ def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
     on 2 training steps, passes and the report has the issue's keys."""
     from tests import launcher
     from tests.limits import limit
+    from tests.test_profiler import check_trace
 
-    report = tmp_path / "lab04.json"
+    report, traces = tmp_path / "lab04.json", tmp_path / "traces"
     args = ["lab/04_fsdp.py", "--check", "--steps", "2", "--short-steps", "1"]
-    args += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report)]
+    args += ["--rounds", "1", "--test-sentences", "5", "--quiet", "--report", str(report), "--trace", str(traces)]
     done = launcher.run_script(args, 2, limit(240))
     assert done.returncode == 0, done.stderr[-2000:]
+    # the profiler's trace of both steps: each unit's all-gathers (forward, and again in backward) and its
+    # reduce-scatter, which gloo runs as an all-reduce (the training thread asks c10d::_reduce_scatter_base_)
+    for rank in (0, 1):
+        for step in check_trace(traces / f"lab04-rank{rank}.json.gz", "fsdp-by-hand", 2):
+            names = [c["name"] for c in step["collectives"]]
+            assert names.count("gloo:all_gather") >= 5 and names.count("gloo:all_reduce") >= 5, names
+            assert any(c["under_backward_ms"] > 0 for c in step["collectives"]), step
     r = json.loads(report.read_text())
     keys = ("world_size", "ranks_bit_identical", "bytes_per_rank_per_step", "bytes_model", "event_order_matches_fsdp2")
     assert all(k in r for k in (*keys, *proof.REPORT_KEYS, "tutor_accuracy")), sorted(r)
@@ -110,6 +118,7 @@ def test_the_lab_script_passes_its_check_on_two_ranks(tmp_path):
     )
     assert r["same_as_pytorch"] and r["pytorch_max_diff"] == 0.0 and r["fp64_max_step_drift"] <= 1e-12, r
     assert "speed" in r, "--rounds 1 times ours against FSDP2"
+    assert r["training"]["trace"]["steps"] == check_trace(traces / "lab04-rank0.json.gz", "fsdp-by-hand", 2)
 
 
 def mistake_check(folder: Path) -> dict:

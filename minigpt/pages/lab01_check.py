@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from minigpt import cli
 from minigpt.pages.lang import num, pct, sci, tr, write_tables
 
 HEADER = {
@@ -71,11 +73,20 @@ def render(json_path: str | Path) -> list[Path]:
 
 
 def render_check(json_path: str | Path) -> list[Path]:
-    """A check's report (``lab/01_ddp.py --check --report X.json``) -> its rulers' table, ``X-en.txt``
-    and ``X-es.txt`` (:mod:`minigpt.pages.rulers`)."""
-    from minigpt.pages import rulers
+    """A run's report (``lab/01_ddp.py --report X.json``) -> a check's rulers' table (``X-en.txt`` and
+    ``X-es.txt``, :mod:`minigpt.pages.rulers`), or, for a run with ``--trace``, what its profiler's
+    trace shows (:mod:`minigpt.pages.lab01_trace`: ``X-en.txt``, ``X-en.png`` and their Spanish twins)."""
+    from minigpt.pages import lab01_trace, rulers
 
-    return write_tables(json_path, rulers.table)
+    report = json.loads(Path(json_path).read_text())
+    if report.get("rulers"):
+        return write_tables(json_path, rulers.table)
+    if report.get("trace"):
+        return lab01_trace.render(json_path, report)
+    raise cli.BadInput(
+        f"--render {json_path}: a report of a run without --check or --trace has nothing to render; "
+        "give e.g. lab/results/01-check-adamw-cpu.json"
+    )
 
 
 AMPLIFICATION_HEADER = {

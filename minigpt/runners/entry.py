@@ -202,8 +202,12 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
         if isinstance(render, str):  # the page module is imported only to render
             module, _, function = render.partition(":")
             render = getattr(importlib.import_module(module), function)
-        for written in render(path):
-            print(f"wrote {written}")
+        try:
+            written = render(path)
+        except cli.BadInput as exc:
+            return cli.refuse(lab.prog, str(exc))
+        for path in written:
+            print(f"wrote {path}")
         return 0
     if getattr(args, "impl", None):
         os.environ[impl.ENV_VAR] = args.impl

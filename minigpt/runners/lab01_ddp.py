@@ -30,7 +30,7 @@ from dataclasses import fields, replace
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, impl
+from minigpt import cli, impl, profiler
 from minigpt.divergence import Watch
 from minigpt.parallel import equivalence, launch, proof
 from minigpt.runners import entry
@@ -116,6 +116,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="score the tutor on the first N held-out test sentences (default: all 1209)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write the PyTorch profiler's trace of a few steps, one Chrome trace JSON per rank "
+        "(DIR/lab01-rank<r>.json.gz: open it in ui.perfetto.dev)",
+    )
     p.add_argument("--render", metavar="JSON", help="only render a --check report's rulers (English and Spanish)")
     cli.add_device_flag(p)
     return p.parse_args(argv)
@@ -138,6 +144,8 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
         )
     if args.report:  # rank 0 writes it; every rank checks it, so that every rank refuses
         cli.output_file(args.report, "--report")
+    if args.trace:
+        cli.output_dir(args.trace, "--trace")
     return cfg
 
 
@@ -343,7 +351,7 @@ LAB = entry.Lab(
     check_args,
     lambda cfg, args, ctx: train(cfg, args, ctx),
     "minigpt.pages.lab01_check:render_check",
-    ("rulers", "world_size"),
+    ("world_size",),
     "lab/results/01-check-adamw-cpu.json",
 )
 
@@ -405,19 +413,25 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         dynamic_ncols=True,
         file=sys.stdout,
     )
-    losses = []
+    losses, traced = [], None
+    trace = profiler.StepTrace(args.trace, "lab01", ctx.rank, ctx.device, cfg.steps)
     for step in bar:
         if check:
             check.before_step(step)
         for run in check.companions(step) if check else runs:
             t0 = time.perf_counter()
-            loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
+            with trace.step(step, run.variant):
+                loss = train_step(run.wrapped, run.optimizer, step, cfg, ctx.rank, ctx.world_size)
             run.seconds += time.perf_counter() - t0
             if run is main_run:
                 total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
                 dist.all_reduce(total)
                 losses.append(float(total) / ctx.world_size)
                 watch.after_step(step, losses[-1])
+        written = trace.done_with(step)
+        if written is not None and ctx.is_main:  # the report is rank 0's: its trace is read
+            traced = profiler.summarize(written, [main_variant])[main_variant]
+            launch.log(ctx, f"trace: {profiler.describe(traced)}")
         if check:
             check.after_step(step)
         if ctx.is_main:
@@ -478,6 +492,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         "final_loss": losses[-1],
         "implementation": impl.current(),
         "variants": per_variant,
+        "trace": traced,
     }
     if check:
         report.update(rulers)

@@ -49,6 +49,7 @@ its all-gathers and reduce-scatters; the lab compares it with what really happen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import platform
@@ -62,7 +63,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minigpt import cli, grammar
+from minigpt import cli, grammar, profiler
 from minigpt.divergence import Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
@@ -130,8 +131,9 @@ class VariantRun:
         self.before: tuple[dict, dict] | None = None
         self.after = ({k: v.detach().cpu().clone() for k, v in build_model(cfg).state_dict().items()}, {})
 
-    def train_step(self, step: int) -> None:
-        """One traced, timed step on this rank's slice of the global batch; then gather the state."""
+    def train_step(self, step: int, bar=None) -> None:
+        """One traced, timed step on this rank's slice of the global batch; then gather the state.
+        ``bar``: the profiler's labelled bar of the step (forward, backward, optimizer), when traced."""
         cfg, ctx = self.cfg, self.ctx
         x, y, mask = (
             t.to(ctx.device)
@@ -143,16 +145,17 @@ class VariantRun:
         dist.barrier()  # the ranks start the step together
         synchronize(ctx.device)
         t0 = time.perf_counter()
-        with self.tracer, self.tracer.step(step):  # forward and backward: where FSDP communicates
-            _, loss = self.wrapped(x, y, mask)
-            self.tracer.enter_backward()
-            loss.backward()
-        clip_gradients(self.variant, self.wrapped, cfg.grad_clip)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        synchronize(ctx.device)
+        with bar or contextlib.nullcontext():
+            with self.tracer, self.tracer.step(step):  # forward and backward: where FSDP communicates
+                _, loss = self.wrapped(x, y, mask)
+                self.tracer.enter_backward()
+                loss.backward()
+            clip_gradients(self.variant, self.wrapped, cfg.grad_clip)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            synchronize(ctx.device)
         self.step_times.append(time.perf_counter() - t0)
         self.losses.append(loss.item())
         self.before, self.after = self.after, full_state(self.wrapped, self.optimizer)
@@ -243,6 +246,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
     p.add_argument("--trace-dir", metavar="DIR", help="write per variant its event log and timeline figures (rank 0)")
     p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write the PyTorch profiler's trace of a few steps of every variant, one Chrome trace JSON per rank "
+        "(DIR/lab03-rank<r>.json.gz: open it in ui.perfetto.dev)",
+    )
+    p.add_argument(
         "--timeout",
         type=cli.SECONDS,
         default=launch.DEFAULT_TIMEOUT_S,
@@ -273,6 +282,8 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     # rank 0 writes the report and the traces; every rank checks them, so that every rank refuses
     if args.trace_dir:
         cli.output_dir(args.trace_dir, "--trace-dir")
+    if args.trace:
+        cli.output_dir(args.trace, "--trace")
     if args.report:
         cli.output_file(args.report, "--report")
     return names, cfg
@@ -325,9 +336,17 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         dynamic_ncols=True,
         file=sys.stdout,
     )
+    # one traced step per variant: ten variants' three steps make a trace of 100 MB before gzip
+    trace = profiler.StepTrace(args.trace, "lab03", ctx.rank, ctx.device, args.steps, steps=1)
+    traced = None
     for step in bar:
         for variant_run in runs:
-            variant_run.train_step(step)
+            variant_run.train_step(step, trace.step(step, variant_run.name))
+        written = trace.done_with(step)
+        if written is not None and ctx.is_main:  # the report is rank 0's: its trace is read
+            traced = profiler.summarize(written, names)
+            for summary in traced.values():
+                launch.log(ctx, f"trace: {profiler.describe(summary)}")
         for i, variant_run in enumerate(runs):  # the one-process steps, shared out: the ranks work at once
             if (i + step) % ctx.world_size == ctx.rank:
                 drifts[i, step] = one_process.step_drift(variant_run, step)
@@ -364,6 +383,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         "tolerance": equivalence.TOLERANCE,
         "passed": passed,
         "variants": results,
+        "trace": traced,
     }
     if ctx.is_main:
         from minigpt.pages.lab03_prefetch import draw_timeline, table

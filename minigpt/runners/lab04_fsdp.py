@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, grammar, impl
+from minigpt import cli, grammar, impl, profiler
 from minigpt.divergence import Watch
 from minigpt.fsdp.sharded_state import MIXED_PRECISION
 from minigpt.fsdp.trace import FSDPTracer
@@ -220,8 +220,10 @@ class FSDPSystem:
         clip_norm: str = "per-parameter",
         recorder: ours.Recorder | None = None,
         fsdp2_steps: int = 0,
+        trace: profiler.StepTrace | None = None,
     ):
-        self.cfg, self.ctx, self.recorder = cfg, ctx, recorder
+        self.cfg, self.ctx, self.recorder, self.trace = cfg, ctx, recorder, trace
+        self.traced: dict | None = None  # what the profiler's trace shows (--trace)
         self.model = shard_ours(build_model(cfg).to(ctx.device), recorder=recorder, clip_norm=clip_norm)
         self.optimizer = optimizer_of(self.model, cfg)
         self.fsdp2_steps = fsdp2_steps if cfg.dtype == "float32" else 0
@@ -236,14 +238,21 @@ class FSDPSystem:
         ctx = self.ctx
         if self.recorder is not None:
             self.recorder.begin()
+        trace = self.trace or profiler.StepTrace(None, "", 0, ctx.device, 0)
         t0 = time.perf_counter()
-        loss = train_step(self.model, self.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
+        with trace.step(step, "fsdp-by-hand"):
+            loss = train_step(self.model, self.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
         self.seconds += time.perf_counter() - t0
         total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(total)
         if step < self.fsdp2_steps:
-            train_step(self.fsdp2, self.fsdp2_opt, step, self.cfg, ctx.rank, ctx.world_size)
+            with trace.step(step, "fsdp2"):
+                train_step(self.fsdp2, self.fsdp2_opt, step, self.cfg, ctx.rank, ctx.world_size)
             self.vs_fsdp2.append(max_difference(ours.full_state_dict(self.model), fsdp2_full(self.fsdp2)))
+        written = trace.done_with(step)
+        if written is not None and ctx.is_main:  # the report is rank 0's: its trace is read
+            self.traced = profiler.summarize(written, ["fsdp-by-hand"])["fsdp-by-hand"]
+            launch.log(ctx, f"trace: {profiler.describe(self.traced)}")
         return float(total) / ctx.world_size, getattr(self.optimizer, "last_norm", None)
 
     def whole_state(self) -> dict:
@@ -260,7 +269,8 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
 
     recorder = ours.Recorder()
     fsdp2_steps = (cfg.steps if args.full else min(args.fsdp2_steps, cfg.steps)) if check else 0
-    system = FSDPSystem(cfg, ctx, args.clip_norm, recorder, fsdp2_steps)
+    trace = profiler.StepTrace(args.trace, "lab04", ctx.rank, ctx.device, cfg.steps) if args.trace else None
+    system = FSDPSystem(cfg, ctx, args.clip_norm, recorder, fsdp2_steps, trace)
     watch = Watch(system.model, cfg)
     bar = tqdm(
         total=cfg.steps,
@@ -300,6 +310,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         "max_difference_from_fsdp2": max(vs_fsdp2) if vs_fsdp2 else None,
         "first_step_differing_from_fsdp2": next((i for i, d in enumerate(vs_fsdp2) if d > 0), None),
         "last_step": _step_record(recorder.steps[-1]),
+        "trace": system.traced,
     }
     if cfg.dtype == "float32":
         full = build_model(cfg).to(ctx.device)
@@ -566,12 +577,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write the PyTorch profiler's trace of a few steps, one Chrome trace JSON per rank "
+        "(DIR/lab04-rank<r>.json.gz: open it in ui.perfetto.dev)",
+    )
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
     cfg = TrainConfig(steps=args.steps, seed=args.seed)
+    if args.trace:
+        cli.output_dir(args.trace, "--trace")
     cli.divisible_by_world(None, cfg.batch_size, world_size)
     if args.check:
         cli.need_world_size(world_size, 2, "--check compares a sharded run of 2 ranks or more with one process")
