@@ -100,13 +100,12 @@ def next_hint(exercise: str, lang: str = "en") -> str:
     return "\n".join(lines)
 
 
-def hint(exercise: str, lang: str | None = None) -> str:
-    """For a notebook: print ``exercise``'s next hint and return it."""
+def hint(exercise: str, lang: str | None = None) -> None:
+    """For a notebook: print ``exercise``'s next hint. It returns nothing, so that Jupyter does not show
+    the same text a second time as the cell's value (a quoted string with its newlines as ``\\n``)."""
     from minigpt.grader import language
 
-    text = next_hint(_check(exercise), language(lang))
-    print(text, flush=True)
-    return text
+    print(next_hint(_check(exercise), language(lang)), flush=True)
 
 
 def _check(exercise: str) -> str:

@@ -63,3 +63,10 @@ def test_a_bad_exercise_is_one_line_that_names_it_and_the_valid_ones(state):
     assert len(lines) == 1 and "EX=9.9: no exercise 9.9; choose one of 0.1, 0.2" in lines[0], proc.stderr
     assert hints.main([]) == 2 and not state.exists()  # no exercise at all: said, nothing written
     assert hints.main(["4.3", "--lang", "fr"]) == 2
+
+
+def test_a_notebooks_hint_shows_once(state, capsys):
+    """hint() prints the hint and returns nothing: a notebook cell shows it once, not again as an Out[] string."""
+    assert hints.hint("0.1", lang="en") is None
+    out = capsys.readouterr().out
+    assert out.count(hints.hints_of("0.1")[0]) == 1, out
