@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOG = Path(__file__).resolve().parent / "exercises.toml"
 LANGS = ("en", "es")
 LANG_VARIABLE = "MINIGPT_LANG"  # what the tests read (tests/words.py)
+DETAILS_VARIABLE = "MINIGPT_DETAILS"  # make grade DETAILS=1: tracebacks of a crashed rank too
 SAVED_VARIABLE = "MINIGPT_GRADES"  # a report saved with --save: grade() shows its results instead of grading
 
 WORDS = {
@@ -346,6 +347,8 @@ def _grade(
     files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else owners)]
     env = {**environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
+    if details:  # the graded tests add a crashed rank's own traceback to its line (tests/ranks.py)
+        env[DETAILS_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         json_path = Path(tmp) / "grade.json"
         command = [sys.executable, "-m", "pytest", *files, f"--impl={impl_name}", f"--grade-report={json_path}"]

@@ -17,13 +17,14 @@ consequence, or the report says which rank waited for which.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from minigpt import impl
+from minigpt import grader, impl
 from tests.launcher import ROOT, run_ranks
 from tests.limits import NOT_GRADED, limit
 from tests.words import say
@@ -212,6 +213,7 @@ class Outcome:
     state: str
     error: str = ""
     where: str = ""  # the learner's file and line, when the traceback passes through it
+    trace: str = ""  # the traceback (or the end of the stopped rank's stderr): shown with make grade DETAILS=1
 
     @property
     def kind(self) -> str:
@@ -232,10 +234,40 @@ def outcome(launch: Launch, name: str, rank: int) -> Outcome:
     result = launch.results[rank].get(name) if rank < len(launch.results) else None
     if result is None:
         stderr = launch.errors[rank] if rank < len(launch.errors) else ""
-        return Outcome(rank, "stopped", last_error(stderr), where_in_yours(stderr))
+        return Outcome(rank, "stopped", last_error(stderr), where_in_yours(stderr), stderr[-3000:])
     if result["ok"]:
         return Outcome(rank, "ok")
-    return Outcome(rank, "raised", clean(result["error"]), where_in_yours(result.get("trace", "")))
+    trace = result.get("trace", "")
+    return Outcome(rank, "raised", clean(result["error"]), where_in_yours(trace), trace)
+
+
+DETAILS_VARIABLE = grader.DETAILS_VARIABLE  # make grade DETAILS=1 (minigpt.grader --details)
+
+
+def order(launch: Launch) -> list[str]:
+    """The scenarios in the order the launch ran them (a worker runs them in one order on every rank;
+    a rank that stopped reported only the first ones)."""
+    return max((list(r) for r in launch.results), key=len, default=[])
+
+
+def stopped_in(launch: Launch, rank: int) -> str | None:
+    """The scenario ``rank`` was running when its process ended (the first it did not report), or None."""
+    reported = launch.results[rank] if rank < len(launch.results) else {}
+    return next((n for n in order(launch) if n not in reported and n != "finished"), None)
+
+
+def earlier_cause(launch: Launch, name: str) -> tuple[str, Outcome] | None:
+    """The first rank's own error (not a stub, not a consequence) in a scenario that ran before ``name``: a
+    rank that stopped there, or raised there. The ranks' collectives are out of step from that moment on,
+    so what fails after it with no error of its own is that error's consequence, not the code it grades."""
+    names = order(launch)
+    before = names[: names.index(name)] if name in names else names
+    for earlier in before:
+        for rank in range(len(launch.results)):
+            o = outcome(launch, earlier, rank)
+            if o.kind == "cause":
+                return earlier, o
+    return None
 
 
 def described(o: Outcome, name: str) -> str:
@@ -247,7 +279,8 @@ def described(o: Outcome, name: str) -> str:
         )
     else:
         head = f"rank {o.rank}, {name}: "
-    return head + o.error + o.where + likely_cause(o.error)
+    details = f"\n{o.trace.rstrip()}" if os.environ.get(DETAILS_VARIABLE) and o.trace else ""
+    return head + o.error + o.where + likely_cause(o.error) + details
 
 
 def waited(o: Outcome, others: list[Outcome], name: str) -> str:
@@ -255,6 +288,9 @@ def waited(o: Outcome, others: list[Outcome], name: str) -> str:
     seconds = re.search(r"(\d+)\s*ms", o.error)
     how_long = f" {int(seconds.group(1)) / 1000:g} s" if seconds else ""
     finished = [p.rank for p in others if p.state == "ok"]
+    elsewhere = "".join(
+        f"; rank {p.rank}{p.where or say(' (not in your code)', ' (fuera de tu código)')}" for p in others
+    )
     if finished:
         ranks = ", ".join(map(str, finished))
         cause = say(
@@ -271,7 +307,8 @@ def waited(o: Outcome, others: list[Outcome], name: str) -> str:
             f"el rank {o.rank} esperó{how_long} en una colectiva al rank {ranks}, que también esperaba: los ranks "
             "llamaron a colectivas distintas, o a las mismas en otro orden",
         )
-    return f"rank {o.rank}, {name}: {o.error}{o.where} ({say('likely cause', 'causa probable')}: {cause})"
+    where = say("where each rank was", "dónde estaba cada rank") + f": rank {o.rank}{o.where}{elsewhere}"
+    return f"rank {o.rank}, {name}: {o.error}{o.where} ({say('likely cause', 'causa probable')}: {cause}; {where})"
 
 
 def diagnose(launch: Launch, name: str, rank: int) -> str:
@@ -322,4 +359,16 @@ def scenario(launch: Launch, name: str, rank: int) -> dict:
     stub = stub_message(launch, name, rank)
     if stub is not None:
         raise NotImplementedError(stub)
+    own = [o for o in (outcome(launch, name, r) for r in range(len(launch.results))) if o.kind == "cause"]
+    own = [o for o in own if o.state == "raised" or stopped_in(launch, o.rank) == name]
+    earlier = None if own else earlier_cause(launch, name)
+    if earlier is not None:  # charged once, in its own test: this one could not run
+        where, cause = earlier
+        pytest.skip(
+            f"{NOT_GRADED}: "
+            + say(
+                f"it ran after {where!r}, where {described(cause, where)}; fix that one first",
+                f"corrió después de {where!r}, donde {described(cause, where)}; arregla primero ese",
+            )
+        )
     raise AssertionError(diagnose(launch, name, rank))

@@ -28,8 +28,8 @@ import pytest
 from minigpt import grader, impl
 from tests import background, launcher
 from tests.grading import write_exercises
-from tests.limits import HINT, limit
-from tests.ranks import Launch, explain, scenario
+from tests.limits import HINT, NOT_GRADED, limit
+from tests.ranks import DETAILS_VARIABLE, Launch, explain, scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = {
@@ -926,3 +926,63 @@ def test_a_session_that_grades_the_reference_leaves_the_graded_tests_to_that_gra
     config, items = Config(**{"--impl": "exercises"}), [grading, *graded]
     _GradedOnTheLane().pytest_collection_modifyitems(config, items)
     assert len(items) == 3 and config.deselected == []
+
+
+def test_a_correct_test_is_never_charged_for_a_crash_in_an_earlier_one(monkeypatch):
+    """Rank 1 raised in its own code in scenario "reduce@4.4" (rank 0, waiting for it, saw the connection
+    close); then both failed "norm@4.4" with consequences only: "reduce@4.4" is charged with rank 1's error and
+    line, "norm@4.4" is not graded and says why, naming the scenario and rank 1's error. A rank that died
+    in an earlier scenario makes every later one not graded too."""
+    monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
+    monkeypatch.delenv(DETAILS_VARIABLE, raising=False)
+    mine = impl.exercises_dir() / "lab04_fsdp.py"
+    trace = f'Traceback (most recent call last):\n  File "{mine}", line 152, in reduce_gradients\nIndexError: index 2 is out of bounds'
+    closed = failed("RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:123")
+    timeout = failed("RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv")
+    launch = Launch(
+        [
+            {"reduce@4.4": closed, "norm@4.4": timeout},
+            {"reduce@4.4": failed("IndexError: index 2 is out of bounds", trace), "norm@4.4": closed},
+        ],
+        ["", ""],
+    )
+    charged = str(pytest.raises(AssertionError, scenario, launch, "reduce@4.4", 0).value)
+    assert charged.startswith("rank 1, reduce@4.4: IndexError: index 2 is out of bounds (in lab04_fsdp.py, line 152"), (
+        charged
+    )
+    for rank in (0, 1):
+        skipped = pytest.raises(pytest.skip.Exception, scenario, launch, "norm@4.4", rank).value
+        reason = str(skipped.msg)
+        assert reason.startswith(f"{NOT_GRADED}: it ran after 'reduce@4.4', where rank 1, reduce@4.4: IndexError"), (
+            reason
+        )
+        assert "(in lab04_fsdp.py, line 152, reduce_gradients)" in reason and "fix that one first" in reason, reason
+    died = Launch(
+        [{"reduce@4.4": closed, "norm@4.4": closed}, {}], ["", f"{trace}\nIndexError: index 2 is out of bounds"]
+    )
+    charged = str(pytest.raises(AssertionError, scenario, died, "reduce@4.4", 0).value)
+    assert charged.startswith("rank 1 stopped before it reported 'reduce@4.4': IndexError"), charged
+    reason = str(pytest.raises(pytest.skip.Exception, scenario, died, "norm@4.4", 0).value.msg)
+    assert reason.startswith(f"{NOT_GRADED}: it ran after 'reduce@4.4', where rank 1 stopped"), reason
+    # make grade DETAILS=1: the crashed rank's own traceback follows its line
+    monkeypatch.setenv(DETAILS_VARIABLE, "1")
+    assert trace in str(pytest.raises(AssertionError, scenario, launch, "reduce@4.4", 0).value)
+
+
+def test_a_deadlock_says_where_each_rank_was_in_the_learners_code(monkeypatch):
+    monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
+    mine = impl.exercises_dir() / "lab04_fsdp.py"
+
+    def stuck(line: int, function: str) -> dict:
+        trace = f'Traceback (most recent call last):\n  File "{mine}", line {line}, in {function}\nRuntimeError: x'
+        return failed("RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms", trace)
+
+    launch = Launch(
+        [{"hooks@4.3": stuck(180, "after_backward")}, {"hooks@4.3": stuck(171, "before_backward")}], ["", ""]
+    )
+    reason = str(pytest.raises(AssertionError, scenario, launch, "hooks@4.3", 0).value)
+    assert "rank 0 waited 20 s in a collective for rank 1, which was waiting too" in reason, reason
+    assert (
+        "where each rank was: rank 0 (in lab04_fsdp.py, line 180, after_backward); "
+        "rank 1 (in lab04_fsdp.py, line 171, before_backward)" in reason
+    ), reason
