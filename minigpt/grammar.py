@@ -525,7 +525,8 @@ def batch_scores(
         sep_at = torch.from_numpy(sep_all[start : start + batch_size][: n - start])
         x, y = rows[:, :-1], rows[:, 1:]
         mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
-        _, loss = model(x, y, mask)
+        device = next(model.parameters()).device if isinstance(model, torch.nn.Module) else None  # a GPU's, there
+        _, loss = model(x.to(device), y.to(device), mask.to(device)) if device else model(x, y, mask)
         prompts = [row[: s + 1].tolist() for row, s in zip(rows, sep_at.tolist())]
         outputs = model.generate(prompts, eos_id=EOS_ID)
         correct = 0

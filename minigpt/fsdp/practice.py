@@ -83,7 +83,10 @@ def units_of_policy(model: MiniGPT, policy: str) -> list[nn.Module]:
 
 def shard(model: MiniGPT, policy: str = "block", mp_policy: MixedPrecisionPolicy | None = None) -> MiniGPT:
     """``fully_shard`` every unit of ``policy``, innermost first, then the root; in place."""
+    from minigpt.fsdp.variants import world_mesh
+
     kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
+    kwargs["mesh"] = world_mesh(next(model.parameters()).device)  # the ranks' device, not the machine's GPU
     for module in units_of_policy(model, policy):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)

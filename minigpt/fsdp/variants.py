@@ -180,15 +180,27 @@ def predict_all_gather_order(n_blocks: int, variant: str) -> list[str]:
 # Wrapping MiniGPT
 
 
+def world_mesh(device: torch.device):
+    """A 1-D device mesh of every rank on ``device``'s type: what ``fully_shard`` builds when given none,
+    but on the device the ranks really run on."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
 def wrap(variant: Variant, model: MiniGPT, device: torch.device) -> tuple[nn.Module, list]:
     """The wrapped model, and the ``(name, inner, outer)`` blocks :class:`FSDPTracer` hooks."""
     if variant.api == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
+        # the mesh FSDP2 would build by itself, on this run's device: left alone it takes the machine's
+        # accelerator, a GPU even when the ranks run on the CPU (launch.place's fallback)
+        mesh = world_mesh(device)
         blocks = list(model.blocks)
         for block in blocks:
-            fully_shard(block, reshard_after_forward=variant.reshard_after_forward)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh, reshard_after_forward=variant.reshard_after_forward)
+        fully_shard(model, mesh=mesh)
         units = [model, *blocks]  # forward order
         if variant.forward_prefetch:
             for i, unit in enumerate(units):

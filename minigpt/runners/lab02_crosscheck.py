@@ -78,11 +78,15 @@ def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
 
         optimizer = ZeroOneOptimizer(zero1_param_groups(model, cfg), torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.95))
         return Run(name, model, model, optimizer)
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    # the mesh on this rank's device: without one, FSDP2 takes the machine's accelerator, a GPU
+    # even for a run that the device decision put on the CPU
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return Run(name, model, model, build_optimizer(model, cfg))
 
 

@@ -14,7 +14,10 @@ random Q, K, V from ``--seed`` and computes full causal attention itself, so ``-
 * **bytes** - what each rank sent, forward and backward, against ``(cp-1)/cp`` of K and V;
 * **balance** - per rank, the scores causal attention needs (the visible keys of its queries) and
   the scores it computed (whole block products; a block pair with no visible key is skipped), in
-  each layout.
+  each layout;
+* **PyTorch's own** - on CUDA only (its ring shards the fused attention kernels, which the CPU lacks),
+  ``context_parallel`` with its load balance on float32 cases its kernel takes, beside ours, against
+  the same full attention.
 
 A length that ``cp`` (or ``2 cp``, load-balanced) does not divide is refused with a clear error:
 this lab does not pad.
@@ -51,17 +54,26 @@ def full_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
     """One process: softmax over the whole masked score matrix."""
     T = q.shape[2]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), float("-inf"))
     return F.softmax(scores, dim=-1) @ v
+
+
+def attention_inputs(
+    args: argparse.Namespace, seq_len: int, dtype_name: str, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """One case's Q, K, V and W (the weights of the output's sum, whose gradient comes back), the same
+    on every rank: drawn on the CPU from ``--seed`` and the length, so that every device gets the
+    same numbers, then moved to ``device``."""
+    g = torch.Generator().manual_seed(args.seed + seq_len)
+    shape = (args.batch, args.heads, seq_len, args.head_dim)
+    return tuple(torch.randn(shape, generator=g, dtype=DTYPES[dtype_name]).to(device) for _ in range(4))
 
 
 def one_case(args: argparse.Namespace, seq_len: int, balanced: bool, dtype_name: str, ctx) -> dict:
     """Ring attention against full attention on one length and layout: the differences of this
     rank's output and gradients, and the bytes and block products of this rank."""
     cp, rank = ctx.world_size, ctx.rank
-    g = torch.Generator().manual_seed(args.seed + seq_len)
-    shape = (args.batch, args.heads, seq_len, args.head_dim)
-    q, k, v, w = (torch.randn(shape, generator=g, dtype=DTYPES[dtype_name]) for _ in range(4))
+    q, k, v, w = attention_inputs(args, seq_len, dtype_name, ctx.device)
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     reference = full_causal_attention(*full)
     (reference * w).sum().backward()
@@ -159,18 +171,18 @@ def measure(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
 
 class CPSystem:
     """MiniGPT trained with context parallelism (:class:`~minigpt.parallel.tensor_parallel.context_parallel.CPMiniGPT`,
-    load-balanced) as the proof harness sees it: every rank every row, its tokens of each."""
+    load-balanced) as the proof harness sees it: every rank every row, its tokens of each, on ``device``."""
 
-    def __init__(self, cfg: TrainConfig, counter: ByteCounter | None = None):
-        self.cfg, self.counter = cfg, counter or ByteCounter()
-        self.model = CPMiniGPT(build_model(cfg), load_balanced=True, counter=self.counter, kit=kit_for())
+    def __init__(self, cfg: TrainConfig, counter: ByteCounter | None = None, device: torch.device | str = "cpu"):
+        self.cfg, self.counter, self.device = cfg, counter or ByteCounter(), torch.device(device)
+        self.model = CPMiniGPT(build_model(cfg).to(device), load_balanced=True, counter=self.counter, kit=kit_for())
         self.optimizer = build_optimizer(self.model.model, cfg)
         self.sent: list[int] = []
 
     def _forward_backward(self, step: int):
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", step, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
-        logits, share = self.model(x, y, mask)
+        batch = grammar.get_batch("train", step, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        logits, share = self.model(*(t.to(self.device) for t in batch))
         share.backward()
         self.model.all_reduce_gradients()
         return logits, share
@@ -204,23 +216,139 @@ PYTORCH_CP_REASON = (
     "kernels: on CPU it stops with 'Operator aten._scaled_dot_product_flash_attention_for_cpu.default does "
     "not have a sharding strategy registered' (torch 2.13)"
 )
+PYTORCH_CP_IMPL = (
+    "torch.distributed.tensor.experimental.context_parallel around scaled_dot_product_attention "
+    "(memory-efficient kernel, is_causal, PyTorch's head-tail load balance)"
+)
+PYTORCH_CP_NO_EQUALITY = (
+    "no equality to hold: PyTorch's ring runs the fused memory-efficient attention kernel, ours matrix "
+    "products and an online softmax; both are held against one process's attention"
+)
+PYTORCH_CP_LSE_ROWS = 32  # the memory-efficient kernel pads its log-sum-exp to a multiple of 32 queries
+
+
+def pytorch_cp_lengths(args: argparse.Namespace, cp: int) -> list[int]:
+    """The lengths PyTorch's ring can take in float32. Its memory-efficient kernel pads the log-sum-exp
+    of a block of queries to a multiple of 32 rows, and PyTorch's ring merges the blocks' results
+    unpadded, the load-balanced ones by halves of a rank's queries: each half, ``T / (2 cp)`` tokens,
+    must be a multiple of 32 (a shorter one stops one rank in the merge while the others wait in the
+    ring). The lab's lengths that are multiples of ``64 cp``, or else ``64 cp`` itself."""
+    step = 2 * cp * PYTORCH_CP_LSE_ROWS
+    return [t for t in args.seq_lens if t % step == 0] or [step]
+
+
+def pytorch_context_parallel(args: argparse.Namespace, ctx: launch.DistContext) -> list[dict]:
+    """PyTorch's context parallelism beside ours, float32, on CUDA (its ring shards the fused attention
+    kernels, which the CPU does not have), on the lengths it takes (:func:`pytorch_cp_lengths`). Per
+    length, the Q, K, V and W of :func:`one_case`: ours (:func:`one_case`, load-balanced), and PyTorch's
+    ``context_parallel`` cutting the same tensors with its head-tail load balance, causal
+    ``scaled_dot_product_attention`` on the memory-efficient kernel (the flash kernel takes half
+    precision only), forward and backward inside the context (its dispatch of the backward ends with
+    it). Over the ranks: the largest difference of each one's output and gradients from one process's
+    full attention (:func:`full_causal_attention`), and whether PyTorch's cut of every tensor is our
+    load-balanced one (chunks ``r`` and ``2 cp - 1 - r``), bit for bit."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cp, rank = ctx.world_size, ctx.rank
+    mesh = init_device_mesh(ctx.device.type, (cp,))
+    cases = []
+    for seq_len in pytorch_cp_lengths(args, cp):
+        ours = one_case(args, seq_len, True, "float32", ctx)
+        q, k, v, w = attention_inputs(args, seq_len, "float32", ctx.device)
+        full = [t.clone().requires_grad_() for t in (q, k, v)]
+        reference = full_causal_attention(*full)
+        (reference * w).sum().backward()
+        local = [t.clone() for t in (q, k, v, w)]  # context_parallel cuts these in place to this rank's tokens
+        with context_parallel(mesh, buffers=local, buffer_seq_dims=[2] * 4, no_restore_buffers=set(local)):
+            layout_same = all(
+                torch.equal(mine, split_sequence(t, cp, rank, load_balanced=True))
+                for mine, t in zip(local, (q, k, v, w))
+            )
+            for t in local[:3]:
+                t.requires_grad_()
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                out = F.scaled_dot_product_attention(*local[:3], is_causal=True)  # looked up here: the patched one
+                (out * local[3]).sum().backward()
+        expected = split_sequence(reference.detach(), cp, rank, load_balanced=True)
+        grads = [split_sequence(t.grad, cp, rank, load_balanced=True) for t in full]
+        found = torch.tensor(
+            [
+                float((out.detach() - expected).abs().max()),
+                max(float((m.grad - e).abs().max()) for m, e in zip(local[:3], grads)),
+                float(not layout_same),
+                ours["max_out_diff"],
+                ours["max_grad_diff"],
+            ],
+            dtype=torch.float64,
+            device=ctx.device,
+        )
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        cases.append(
+            {
+                "seq_len": seq_len,
+                "load_balanced": True,
+                "dtype": "float32",
+                "max_out_diff": float(found[0]),
+                "max_grad_diff": float(found[1]),
+                "layout_same": not bool(found[2]),
+                "ours_max_out_diff": float(found[3]),
+                "ours_max_grad_diff": float(found[4]),
+            }
+        )
+    return cases
+
+
+def pytorch_cp_reason(args: argparse.Namespace, ctx: launch.DistContext) -> str | None:
+    """Why PyTorch's context parallelism cannot run here (None: it can): it needs CUDA, and its
+    float32 kernel (memory-efficient attention) a head size that is a multiple of 4."""
+    if ctx.device.type != "cuda":
+        return PYTORCH_CP_REASON
+    if args.head_dim % 4:
+        return f"--head-dim {args.head_dim}: PyTorch's float32 attention kernel needs a multiple of 4"
+    return None
+
+
+def pytorch_keys(theirs: list[dict] | None, reason: str | None) -> dict:
+    """The report's keys of PyTorch's own context parallelism: its cases
+    (:func:`pytorch_context_parallel`), or none and why."""
+    if theirs is None:
+        return {
+            "pytorch_impl": None,
+            "pytorch_impl_reason": reason,
+            "same_as_pytorch": None,
+            "pytorch_max_diff": None,
+        }
+    return {
+        "pytorch_impl": PYTORCH_CP_IMPL,
+        "same_as_pytorch": None,
+        "same_as_pytorch_reason": PYTORCH_CP_NO_EQUALITY,
+        "pytorch_max_diff": max(max(c["max_out_diff"], c["max_grad_diff"]) for c in theirs),
+        "pytorch_cases": theirs,
+        "pytorch_layout_same": all(c["layout_same"] for c in theirs),
+        "ours_max_diff_same_cases": max(max(c["ours_max_out_diff"], c["ours_max_grad_diff"]) for c in theirs),
+    }
 
 
 def train_and_prove(args: argparse.Namespace, ctx: launch.DistContext, report: dict, verdict: proof.Verdict) -> None:
     """The harness's rulers on MiniGPT trained with context parallelism: one step, float64, float32 over
-    the first ``--check-steps`` steps (reported: every attention's sums are reordered), bytes, ranks."""
+    the first ``--check-steps`` steps (reported: every attention's sums are reordered), bytes, ranks; on
+    CUDA, PyTorch's context parallelism on the attention cases beside ours."""
+    reason = pytorch_cp_reason(args, ctx)
+    theirs = pytorch_context_parallel(args, ctx) if reason is None else None
     cfg = TrainConfig(seed=args.seed)
     trained = entry.steps_trained(args, cfg.steps)
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run", report=report)
-    check.first_step(lambda c: CPSystem(c), cfg, ctx)
-    check.float64(lambda c: CPSystem(c), cfg, ctx, args.fp64_steps)
+    check.first_step(lambda c: CPSystem(c, device=ctx.device), cfg, ctx)
+    check.float64(lambda c: CPSystem(c, device=ctx.device), cfg, ctx, args.fp64_steps)
     launch.log(
         ctx,
         f"MiniGPT, context parallel: one step: logits {report['fp32_first_step_logit_diff']:.1e}, gradients "
         f"{report['fp32_first_step_grad_diff']:.1e} | float64: step drift {report['fp64_max_step_drift']:.1e} over "
         f"{report['fp64_steps']} steps; now {trained} float32 steps",
     )
-    system = CPSystem(cfg)
+    system = CPSystem(cfg, device=ctx.device)
     run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", steps=trained)
     check.float32(run)
     digests = [None] * ctx.world_size
@@ -237,10 +365,7 @@ def train_and_prove(args: argparse.Namespace, ctx: launch.DistContext, report: d
             cfg.batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, cfg.n_layer, ctx.world_size
         ),
         ranks_bit_identical=len(set(digests)) == 1,
-        pytorch_impl=None,
-        pytorch_impl_reason=PYTORCH_CP_REASON,
-        same_as_pytorch=None,
-        pytorch_max_diff=None,
+        **pytorch_keys(theirs, reason),
     )
     judged = check.judge()
     verdict.rulers += judged.rulers
@@ -251,7 +376,21 @@ def train_and_prove(args: argparse.Namespace, ctx: launch.DistContext, report: d
         "ring attention",
     )
     verdict.true("ranks_bit_identical", report["ranks_bit_identical"], "every rank's weights after the run")
-    verdict.reported("pytorch_impl", "none on CPU", "context_parallel needs CUDA's attention kernels")
+    if theirs is None:
+        if ctx.device.type != "cuda":
+            verdict.reported("pytorch_impl", "none on CPU", "context_parallel needs CUDA's attention kernels")
+        else:
+            verdict.reported("pytorch_impl", "none", reason)
+        return
+    verdict.true(
+        "pytorch_layout_same", report["pytorch_layout_same"], "PyTorch's load-balanced cut is ours, bit for bit"
+    )
+    verdict.reported(
+        "pytorch_max_diff",
+        report["pytorch_max_diff"],
+        f"PyTorch's context_parallel against one process, float32, output and gradients; ours "
+        f"{report['ours_max_diff_same_cases']:.2e} on the same cases",
+    )
 
 
 def refusals(ctx: launch.DistContext) -> dict[str, str | None]:
@@ -276,6 +415,16 @@ def summary(report: dict) -> list[str]:
             f"{c['max_out_diff']:.1e}, gradients {c['max_grad_diff']:.1e} | bytes forward {c['bytes_forward'][0]:,}, "
             f"backward {c['bytes_backward'][0]:,} (model {c['bytes_model']:,.0f}) | per rank: scores needed "
             f"{c['scores_needed']}, computed {c['scores_computed']}"
+        )
+    if report.get("pytorch_cases"):
+        lines.append(
+            "PyTorch's context_parallel (float32, load-balanced, cut as ours: "
+            f"{'yes' if report['pytorch_layout_same'] else 'NO'}): "
+            + "; ".join(
+                f"T {c['seq_len']} output {c['max_out_diff']:.1e}, gradients {c['max_grad_diff']:.1e} (ours "
+                f"{c['ours_max_out_diff']:.1e}, {c['ours_max_grad_diff']:.1e})"
+                for c in report["pytorch_cases"]
+            )
         )
     if "training" in report:
         t = report["training"]

@@ -72,11 +72,13 @@ def saved_activation_bytes(run) -> int:
     return sum(seen.values()), result
 
 
-def one_step(cfg: TrainConfig, dtype: torch.dtype) -> dict:
+def one_step(cfg: TrainConfig, dtype: torch.dtype, device: torch.device | str = "cpu") -> dict:
     """One forward and backward of MiniGPT on the first training batch, in one process and cut
-    (TP, then TP with SP): logits, gradients, bytes, memory."""
-    one = build_model(replace(cfg, dtype="float64" if dtype == torch.float64 else "float32"))
-    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    (TP, then TP with SP), on ``device``: logits, gradients, bytes, memory."""
+    one = build_model(replace(cfg, dtype="float64" if dtype == torch.float64 else "float32")).to(device)
+    x, y, mask = (
+        t.to(device) for t in grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    )
 
     def forward_one(params):
         params.update(p.untyped_storage().data_ptr() for p in one.parameters())
@@ -113,7 +115,7 @@ def one_step(cfg: TrainConfig, dtype: torch.dtype) -> dict:
         }
         if not sp:
             ours_logits = gather_logits(local, cfg.model_config().vocab_size).detach()
-    theirs = TorchTPSystem(replace(cfg, dtype="float64" if dtype == torch.float64 else "float32"))
+    theirs = TorchTPSystem(replace(cfg, dtype="float64" if dtype == torch.float64 else "float32"), device)
     first = theirs.first_step()
     their_grads = first.grads
     out["pytorch"] = {
@@ -145,8 +147,11 @@ def tp_step(
 ) -> tuple[float, torch.Tensor | None]:
     """:func:`minigpt.train.train_step` for a cut model: every rank the whole batch, the sequence-
     parallel gradients summed, the clipping by the whole model's norm. Returns the loss and the norm
-    (None without clipping)."""
-    x, y, mask = grammar.get_batch("train", step, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    (None without clipping). The batch goes where the model's parameters are."""
+    device = next(model.parameters()).device
+    x, y, mask = (
+        t.to(device) for t in grammar.get_batch("train", step, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    )
     micro = len(x) // cfg.accum
     total = 0.0
     for i in range(cfg.accum):
@@ -191,11 +196,17 @@ def replicated_digest(model: TPMiniGPT) -> str:
 
 class TPSystem:
     """Our tensor-parallel MiniGPT as the proof harness sees it: every rank the whole batch, its slices
-    of every layer (:class:`~minigpt.parallel.tensor_parallel.TPMiniGPT`)."""
+    of every layer (:class:`~minigpt.parallel.tensor_parallel.TPMiniGPT`), on ``device``."""
 
-    def __init__(self, cfg: TrainConfig, sequence_parallel: bool, counter: ByteCounter | None = None):
-        self.cfg, self.counter = cfg, counter
-        self.model = cut(build_model(cfg), sequence_parallel, counter)
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        sequence_parallel: bool,
+        counter: ByteCounter | None = None,
+        device: torch.device | str = "cpu",
+    ):
+        self.cfg, self.counter, self.device = cfg, counter, torch.device(device)
+        self.model = cut(build_model(cfg).to(device), sequence_parallel, counter)
         self.optimizer = build_optimizer(self.model, cfg)
         self.seconds, self.sent = 0.0, []
 
@@ -214,8 +225,8 @@ class TPSystem:
 
     def first_step(self) -> proof.FirstStep:
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
-        local, loss = self.model(x, y, mask)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        local, loss = self.model(*(t.to(self.device) for t in batch))
         loss.backward()
         self.model.sync_sequence_parallel_grads(ByteCounter())
         logits = gather_logits(local, cfg.model_config().vocab_size).detach()
@@ -225,14 +236,15 @@ class TPSystem:
 class TorchTPSystem:
     """PyTorch's own tensor parallelism on the same MiniGPT, cut as ours is
     (:mod:`~minigpt.parallel.tensor_parallel.torch_tp`: ``parallelize_module`` with Colwise/Rowwise on a
-    split-qkv copy, the vocabulary cut and the loss under ``loss_parallel``), every rank the whole batch."""
+    split-qkv copy, the vocabulary cut and the loss under ``loss_parallel``), every rank the whole batch,
+    on ``device`` (the mesh is of its type)."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, device: torch.device | str = "cpu"):
         from torch.distributed.device_mesh import init_device_mesh
 
-        self.cfg = cfg
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-        self.model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg)), mesh, vocabulary=True)
+        self.cfg, self.device = cfg, torch.device(device)
+        mesh = init_device_mesh(self.device.type, (dist.get_world_size(),), mesh_dim_names=("tp",))
+        self.model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg).to(device)), mesh, vocabulary=True)
         self.optimizer = build_optimizer(self.model, cfg)
         self.norm = proof.clip_capture(self.optimizer, lambda max_norm: torch_tp.clip_grad_norm_(self.model, max_norm))
 
@@ -249,9 +261,9 @@ class TorchTPSystem:
         from torch.distributed.tensor.parallel import loss_parallel
 
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
         with loss_parallel():
-            logits, loss = self.model(x, y, mask)
+            logits, loss = self.model(*(t.to(self.device) for t in batch))
             loss.backward()
         return proof.FirstStep(slice(None), proof.whole(logits), torch_tp.whole_gradients(self.model))
 
@@ -259,11 +271,11 @@ class TorchTPSystem:
 class SplitQKVControl:
     """The control: one process (every rank computes it whole) whose fused qkv is split into three
     ``Linear`` layers, nothing distributed. Its step drift against the fused twin is what reordering
-    a few sums does over a run, with no tensor parallelism at all."""
+    a few sums does over a run, with no tensor parallelism at all (on ``device``, where the twin is)."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, device: torch.device | str = "cpu"):
         self.cfg = cfg
-        self.model = torch_tp.split_qkv(build_model(cfg))
+        self.model = torch_tp.split_qkv(build_model(cfg).to(device))
         self.optimizer = build_optimizer(self.model, cfg)
         self.norm = proof.run_norm_capture(self.model, self.optimizer)
 
@@ -284,7 +296,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     from tqdm import tqdm
 
     counter = ByteCounter()
-    system = TPSystem(cfg, args.sequence_parallel, counter)
+    system = TPSystem(cfg, args.sequence_parallel, counter, ctx.device)
     watch = Watch(system.model, cfg)
     bar = tqdm(
         total=steps,
@@ -320,13 +332,13 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     }
     if check and cfg.dtype == "float32":
         launch.log(ctx, f"ours: step drift {run.drift.worst:.2e}; now PyTorch's TP on the same run")
-        theirs = proof.run_with_twin(TorchTPSystem(cfg), cfg, ctx, twin_norm="run", steps=steps)
+        theirs = proof.run_with_twin(TorchTPSystem(cfg, ctx.device), cfg, ctx, twin_norm="run", steps=steps)
         result["pytorch_step_drift"] = theirs.summary()
         if args.full:
             launch.log(ctx, f"PyTorch's TP: step drift {theirs.drift.worst:.2e}; now the split-qkv control")
-            control = proof.run_with_twin(SplitQKVControl(cfg), cfg, ctx, twin_norm="run", steps=steps)
+            control = proof.run_with_twin(SplitQKVControl(cfg, ctx.device), cfg, ctx, twin_norm="run", steps=steps)
             result["control_step_drift"] = control.summary()
-    full = build_model(cfg)
+    full = build_model(cfg)  # on the CPU: the tutor's scorer feeds the model CPU batches
     full.load_state_dict(system.model.full_state_dict())
     if cfg.dtype == "float32":
         result.update(entry.tutor_score(full, args, cfg.block_size, ctx))
@@ -425,7 +437,10 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
     }
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run", report=report)
     if args.check:
-        report["one_step"] = {"float32": one_step(cfg, torch.float32), "float64": one_step(cfg, torch.float64)}
+        report["one_step"] = {
+            "float32": one_step(cfg, torch.float32, ctx.device),
+            "float64": one_step(cfg, torch.float64, ctx.device),
+        }
         f32 = report["one_step"]["float32"]
         report.update(
             fp32_first_step_logit_diff=max(f32["tp"]["max_logit_diff"], f32["sp"]["max_logit_diff"]),
@@ -434,7 +449,7 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             "the vocabulary cut too) with loss_parallel",
             pytorch_first_step_logit_diff=f32["pytorch"]["max_logit_diff_from_ours"],
         )
-        check.float64(lambda c: TPSystem(c, args.sequence_parallel), cfg, ctx, args.fp64_steps)
+        check.float64(lambda c: TPSystem(c, args.sequence_parallel, device=ctx.device), cfg, ctx, args.fp64_steps)
         launch.log(
             ctx,
             f"one step: logits {report['fp32_first_step_logit_diff']:.1e}, gradients "

@@ -99,9 +99,10 @@ class HSDPSystem:
         from minigpt.fsdp.memory import model_state_bytes
 
         self.cfg, self.ctx, self.replicate, self.shard = cfg, ctx, replicate, shard
-        self.mesh = init_device_mesh("cpu", (replicate, shard), mesh_dim_names=("replicate", "shard"))
+        mesh_dims = ("replicate", "shard")
+        self.mesh = init_device_mesh(ctx.device.type, (replicate, shard), mesh_dim_names=mesh_dims)
         self.dims = {"shard": self.mesh.get_group("shard"), "replicate": self.mesh.get_group("replicate")}
-        self.model = mh.hsdp_shard(build_model(cfg), self.mesh)
+        self.model = mh.hsdp_shard(build_model(cfg).to(ctx.device), self.mesh)
         self.optimizer = build_optimizer(self.model, cfg)
         self.norm = proof.run_norm_capture(self.model, self.optimizer)
         self.census: dict = {}
@@ -117,7 +118,7 @@ class HSDPSystem:
             loss = train_step(self.model, self.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
         self.sent.append(mh.bytes_sent_per_dim(counter, {"shard": self.shard, "replicate": self.replicate}))
         self.calls = counter.summary()
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(total)
         return float(total) / ctx.world_size, self.norm()
 
@@ -176,21 +177,22 @@ def ring_all_reduce_sent(elements: int, element_size: int, n: int, position: int
 
 
 class DpTp:
-    """One DP x TP model: its mesh, its groups, the cut model, the DDP around it, the counters."""
+    """One DP x TP model on ``device``: its mesh, its groups, the cut model, the DDP around it, the counters."""
 
-    def __init__(self, cfg: TrainConfig, dp: int, tp: int):
+    def __init__(self, cfg: TrainConfig, dp: int, tp: int, device: torch.device | str = "cpu"):
         from torch.distributed.device_mesh import init_device_mesh
 
         from minigpt.parallel.ddp import BucketedDDP
         from minigpt.parallel.tensor_parallel import TPMiniGPT
         from minigpt.parallel.tensor_parallel.kit import kit_for
 
-        self.cfg, self.dp, self.tp = cfg, dp, tp
-        self.mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        self.cfg, self.dp, self.tp, self.device = cfg, dp, tp, torch.device(device)
+        self.mesh = init_device_mesh(self.device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
         self.tp_group, self.dp_group = self.mesh.get_group("tp"), self.mesh.get_group("dp")
         self.dp_rank = self.mesh.get_local_rank("dp")
         self.tp_bytes, self.norm_bytes = ByteCounter(), ByteCounter()
-        self.model = TPMiniGPT(build_model(cfg), group=self.tp_group, counter=self.tp_bytes, kit=kit_for())
+        model = build_model(cfg).to(device)
+        self.model = TPMiniGPT(model, group=self.tp_group, counter=self.tp_bytes, kit=kit_for())
         self.ddp = BucketedDDP(
             self.model, bucket_cap_mb=DDP_BUCKET_CAP_MB, collective="ring", process_group=self.dp_group
         )
@@ -228,8 +230,8 @@ class DpTp:
 class DpTpSystem:
     """Our DP x TP (:class:`DpTp`) as the proof harness sees it: each DP rank its slice of the batch."""
 
-    def __init__(self, cfg: TrainConfig, dp: int, tp: int):
-        self.cfg, self.run = cfg, DpTp(cfg, dp, tp)
+    def __init__(self, cfg: TrainConfig, dp: int, tp: int, device: torch.device | str = "cpu"):
+        self.cfg, self.run = cfg, DpTp(cfg, dp, tp, device)
         self.sent: list[dict] = []
         run = self.run
         # the whole model's norm over the tp group, after DDP's averaging
@@ -242,7 +244,7 @@ class DpTpSystem:
         run.reset_bytes()
         loss = train_step(run.ddp, run.optimizer, step, self.cfg, run.dp_rank, run.dp)
         self.sent.append(run.bytes_per_dim())
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=run.device)
         dist.all_reduce(total)  # every tp rank of a dp rank has its slice's loss
         return float(total) / dist.get_world_size(), self.norm()
 
@@ -255,9 +257,9 @@ class DpTpSystem:
         from minigpt.parallel.tensor_parallel import gather_logits
 
         cfg, run = self.cfg, self.run
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
         rows = grammar.rank_slice(cfg.batch_size, run.dp_rank, run.dp)
-        local, loss = run.ddp(x[rows], y[rows], mask[rows])
+        local, loss = run.ddp(*(t[rows].to(run.device) for t in batch))
         loss.backward()
         logits = gather_logits(local, cfg.model_config().vocab_size, run.tp_group).detach()
         return proof.FirstStep(rows, logits, run.model.full_state_dict(grads=True))
@@ -267,9 +269,9 @@ class TorchDpTpSystem:
     """PyTorch's own DP x TP on the same ``("dp", "tp")`` mesh: ``parallelize_module`` (Lab 05's
     comparison, :mod:`~minigpt.parallel.tensor_parallel.torch_tp`) on the tp sub-mesh, then FSDP2's
     ``fully_shard`` of every block and the root on the dp sub-mesh (PyTorch's way to add data
-    parallelism to TP: it shards where our DDP replicates)."""
+    parallelism to TP: it shards where our DDP replicates), on ``device``."""
 
-    def __init__(self, cfg: TrainConfig, dp: int, tp: int):
+    def __init__(self, cfg: TrainConfig, dp: int, tp: int, device: torch.device | str = "cpu"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -277,10 +279,10 @@ class TorchDpTpSystem:
 
         # DTensor warns that a 2-D redistribution takes two collectives: true, and no concern here
         logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-        self.cfg, self.dp = cfg, dp
-        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        self.cfg, self.dp, self.device = cfg, dp, torch.device(device)
+        mesh = init_device_mesh(self.device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
         self.dp_rank = mesh.get_local_rank("dp")
-        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg)), mesh["tp"])
+        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg).to(device)), mesh["tp"])
         for block in model.blocks:
             fully_shard(block, mesh=mesh["dp"])
         self.model = fully_shard(model, mesh=mesh["dp"])
@@ -289,7 +291,7 @@ class TorchDpTpSystem:
 
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         loss = train_step(self.model, self.optimizer, step, self.cfg, self.dp_rank, self.dp)
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
         return float(total) / dist.get_world_size(), self.norm()
 
@@ -302,9 +304,9 @@ class TorchDpTpSystem:
         from minigpt.parallel.tensor_parallel import torch_tp
 
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
         rows = grammar.rank_slice(cfg.batch_size, self.dp_rank, self.dp)
-        logits, loss = self.model(x[rows], y[rows], mask[rows])
+        logits, loss = self.model(*(t[rows].to(self.device) for t in batch))
         loss.backward()
         return proof.FirstStep(rows, proof.whole(logits), torch_tp.whole_gradients(self.model))
 
@@ -315,9 +317,9 @@ def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContex
 
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
     if args.check:
-        check.first_step(lambda c: DpTpSystem(c, dp, tp), cfg, ctx)
-        check.float64(lambda c: DpTpSystem(c, dp, tp), cfg, ctx, args.fp64_steps)
-    system = DpTpSystem(cfg, dp, tp)
+        check.first_step(lambda c: DpTpSystem(c, dp, tp, ctx.device), cfg, ctx)
+        check.float64(lambda c: DpTpSystem(c, dp, tp, ctx.device), cfg, ctx, args.fp64_steps)
+    system = DpTpSystem(cfg, dp, tp, ctx.device)
 
     def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
         if ctx.is_main and not args.quiet and (step + 1) % 10 == 0:
@@ -340,11 +342,13 @@ def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContex
         dist.all_gather_object(digests, replicated_digest(system.run.model))
         # the whole parameters: the same bits on every rank of every tp group (and across dp)
         out["replicated_bit_identical"] = len(set(digests)) == 1
-        theirs_first = first_step_of(TorchDpTpSystem(cfg, dp, tp), cfg)
-        ours_first = first_step_of(DpTpSystem(cfg, dp, tp), cfg)
-        diff = torch.tensor([float((theirs_first.logits - ours_first.logits).abs().max())], dtype=torch.float64)
+        theirs_first = first_step_of(TorchDpTpSystem(cfg, dp, tp, ctx.device), cfg)
+        ours_first = first_step_of(DpTpSystem(cfg, dp, tp, ctx.device), cfg)
+        diff = torch.tensor(
+            [float((theirs_first.logits - ours_first.logits).abs().max())], dtype=torch.float64, device=ctx.device
+        )
         dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-        theirs = proof.run_with_twin(TorchDpTpSystem(cfg, dp, tp), cfg, ctx, twin_norm="run")
+        theirs = proof.run_with_twin(TorchDpTpSystem(cfg, dp, tp, ctx.device), cfg, ctx, twin_norm="run")
         check.report.update(
             pytorch_impl="FSDP2 fully_shard on the dp sub-mesh + parallelize_module on the tp sub-mesh",
             pytorch_first_step_logit_diff=float(diff[0]),
@@ -476,7 +480,7 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
         )
         v = verdict(report)
         # every rank's own bytes and memory against its own model: the verdict is every rank's
-        local = torch.tensor([1.0 if v.criterion_pass else 0.0])
+        local = torch.tensor([1.0 if v.criterion_pass else 0.0], device=ctx.device)
         dist.all_reduce(local, op=dist.ReduceOp.MIN)
         v.true("every_rank_agrees", bool(local.item() == 1.0), "each rank's bytes and memory against its own model")
         report.update(v.keys())

@@ -49,6 +49,7 @@ from minigpt.parallel.pipeline import (
     backward_step,
     bubble_fraction,
     chart,
+    check_posting_order,
     check_schedule,
     clip_grad_norm_,
     forward_step,
@@ -79,29 +80,37 @@ def pieces() -> tuple[dict, object, object]:
 
 
 class Pipeline:
-    """This rank's stage, its optimizer, its link to its neighbours, and the schedule it runs."""
+    """This rank's stage (on the rank's device), its optimizer, its link to its neighbours, and the
+    schedule it runs."""
 
     def __init__(self, cfg: TrainConfig, ctx: launch.DistContext, schedule: str, micro_batches: int):
         schedules, self.forward, self.backward = pieces()
         self.cfg, self.ctx, self.m = cfg, ctx, micro_batches
         self.stages = ctx.world_size
-        whole = build_model(cfg)
+        whole = build_model(cfg).to(ctx.device)
         self.names = [name for name, _ in whole.named_parameters()]  # the tied matrix once, as wte.weight
         self.stage = PipelineStage(whole, ctx.rank, self.stages)
         self.optimizer = build_optimizer(self.stage, cfg)
         self.orders = schedule_orders(schedules[schedule], self.stages, micro_batches)
         self.played = check_schedule(self.orders, micro_batches)  # ValueError before anything is sent
+        if ctx.backend == "nccl":  # NCCL ignores the tags: each wire must carry its messages in order
+            check_posting_order(self.orders)
         self.counter, self.norm_counter = ByteCounter(), ByteCounter()
         shape = (cfg.batch_size // micro_batches, cfg.block_size, cfg.n_embd)
         dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
-        self.link = Link(ctx.rank, list(range(self.stages)), shape, dtype, ctx.timeout_s, self.counter)
+        self.link = Link(ctx.rank, list(range(self.stages)), shape, dtype, ctx.timeout_s, self.counter, ctx.device)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The whole batch of ``step`` (every stage reads it: the first its tokens, the last its
+        targets and masks), on this rank's device."""
+        batch = grammar.get_batch(
+            "train", step, self.cfg.batch_size, seed=self.cfg.seed, block_size=self.cfg.block_size
+        )
+        return tuple(t.to(self.ctx.device) for t in batch)
 
     def forward_backward(self, step: int) -> StepRecord:
         """The schedule on the batch of ``step``, then the tied matrix's gradient swapped."""
-        x, y, mask = grammar.get_batch(
-            "train", step, self.cfg.batch_size, seed=self.cfg.seed, block_size=self.cfg.block_size
-        )
-        batches = MicroBatches.cut(x, y, mask, self.m)
+        batches = MicroBatches.cut(*self.batch(step), self.m)
         dist.barrier()  # every stage starts its clock together (for the bubble)
         record = run_schedule(self.stage, self.orders[self.ctx.rank], batches, self.link, self.forward, self.backward)
         sync_tied_gradient(self.stage, 0, self.stages - 1, self.counter)
@@ -119,30 +128,36 @@ class Pipeline:
             group["lr"] = lr_at(step, self.cfg.lr, self.cfg.min_lr, self.cfg.warmup, self.cfg.steps)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = torch.tensor([record.loss if self.stage.is_last else 0.0], dtype=torch.float64)
+        loss = torch.tensor([record.loss if self.stage.is_last else 0.0], dtype=torch.float64, device=self.ctx.device)
         dist.all_reduce(loss)
         return float(loss[0]), norm
 
     def whole_state(self) -> dict:
-        """The whole model's weights and AdamW state, in MiniGPT's names, on every rank."""
+        """The whole model's weights and AdamW state, in MiniGPT's names, on every rank, on its device.
+        The stages' parts travel as CPU copies: a pickled GPU tensor would come back on the GPU of the
+        rank that sent it. (AdamW's step counter stays on the CPU, where AdamW keeps it.)"""
         named = self.stage.named_in_model()
-        mine = {"weights": {n: p.detach().clone() for n, p in named}, "moments": {}, "step": None}
+        cpu = torch.device("cpu")
+        mine = {"weights": {n: p.detach().to(cpu, copy=True) for n, p in named}, "moments": {}, "step": None}
         for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
             found = {
-                n: self.optimizer.state[p][key].clone() for n, p in named if key in self.optimizer.state.get(p, {})
+                n: self.optimizer.state[p][key].to(cpu, copy=True)
+                for n, p in named
+                if key in self.optimizer.state.get(p, {})
             }
             if found:
                 mine["moments"][key] = found
         first = self.optimizer.state.get(named[0][1], {})
         if "step" in first:
-            mine["step"] = first["step"].clone()
+            mine["step"] = first["step"].to(cpu, copy=True)
         parts = [None] * self.stages
         dist.all_gather_object(parts, mine)
+        device = self.ctx.device
         whole = {"weights": {}, "moments": {}, "step": parts[0]["step"]}
         for part in parts:
-            whole["weights"].update(part["weights"])
+            whole["weights"].update({n: t.to(device) for n, t in part["weights"].items()})
             for key, values in part["moments"].items():
-                whole["moments"].setdefault(key, {}).update(values)
+                whole["moments"].setdefault(key, {}).update({n: t.to(device) for n, t in values.items()})
         return whole
 
     @torch.no_grad()
@@ -150,10 +165,7 @@ class Pipeline:
         """The logits of ``step``'s whole batch, micro-batch by micro-batch through the stages (no
         gradient, no schedule: every stage forwards each micro-batch in order): on the last stage,
         None on the others."""
-        x, y, mask = grammar.get_batch(
-            "train", step, self.cfg.batch_size, seed=self.cfg.seed, block_size=self.cfg.block_size
-        )
-        batches = MicroBatches.cut(x, y, mask, self.m)
+        batches = MicroBatches.cut(*self.batch(step), self.m)
         logits = []
         for i in range(self.m):
             inputs = batches.tokens[i] if self.stage.is_first else self.link.recv_activation(i)
@@ -177,7 +189,7 @@ def tied_copies_identical(pipe: Pipeline) -> bool:
     """The first and the last stage hold bit-identical copies of the tied matrix (every rank)."""
     weight = pipe.stage.tied_weight()
     digests = [None] * pipe.stages
-    dist.all_gather_object(digests, None if weight is None else weight.detach().numpy().tobytes())
+    dist.all_gather_object(digests, None if weight is None else weight.detach().cpu().numpy().tobytes())
     copies = [d for d in digests if d is not None]
     return len(set(copies)) <= 1
 
@@ -189,9 +201,9 @@ def tied_copies_identical(pipe: Pipeline) -> bool:
 def one_step(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: int) -> dict:
     """One forward and backward of both schedules against one process on the same batch: the largest
     gradient difference (every stage, max over ranks), the loss, the bytes, the activations held."""
-    one = build_model(cfg)
-    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
-    _, loss = one(x, y, mask)
+    one = build_model(cfg).to(ctx.device)
+    batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    _, loss = one(*(t.to(ctx.device) for t in batch))
     loss.backward()
     grads = {n: p.grad for n, p in one.named_parameters()}
     grads["lm_head.weight"] = grads["wte.weight"]
@@ -200,7 +212,11 @@ def one_step(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: int) -> d
         pipe = Pipeline(cfg, ctx, schedule, micro_batches)
         record = pipe.forward_backward(0)
         diff = max(float((p.grad - grads[n]).abs().max()) for n, p in pipe.stage.named_in_model())
-        found = torch.tensor([diff, abs(record.loss - loss.item()) if pipe.stage.is_last else 0.0], dtype=torch.float64)
+        found = torch.tensor(
+            [diff, abs(record.loss - loss.item()) if pipe.stage.is_last else 0.0],
+            dtype=torch.float64,
+            device=ctx.device,
+        )
         dist.all_reduce(found, op=dist.ReduceOp.MAX)
         per_rank = [None] * ctx.world_size
         dist.all_gather_object(per_rank, (pipe.counter.sent, record.peak_held))
@@ -223,7 +239,8 @@ def torch_pipelining(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: i
 
     from minigpt.model import masked_loss
 
-    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    x, y, mask = (t.to(ctx.device) for t in batch)
     target = torch.stack([y, mask.long()], dim=-1)  # one tensor, so that torch cuts both into micro-batches
 
     def loss_fn(logits: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
@@ -233,12 +250,12 @@ def torch_pipelining(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: i
     for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
         ours = Pipeline(cfg, ctx, name, micro_batches)
         ours.forward_backward(0)
-        theirs = PipelineStage(build_model(cfg), ctx.rank, ctx.world_size)
+        theirs = PipelineStage(build_model(cfg).to(ctx.device), ctx.rank, ctx.world_size)
         rows = cfg.batch_size // micro_batches
         example = (
-            torch.zeros(rows, cfg.block_size, dtype=torch.long)
+            torch.zeros(rows, cfg.block_size, dtype=torch.long, device=ctx.device)
             if ctx.rank == 0
-            else (torch.zeros(rows, cfg.block_size, cfg.n_embd))
+            else (torch.zeros(rows, cfg.block_size, cfg.n_embd, device=ctx.device))
         )
         stage = TorchStage(theirs, ctx.rank, ctx.world_size, ctx.device, input_args=(example,))
         schedule = schedule_class(stage, micro_batches, loss_fn=loss_fn)
@@ -256,6 +273,7 @@ def torch_pipelining(cfg: TrainConfig, ctx: launch.DistContext, micro_batches: i
                 float(not all(torch.equal(a.grad, b.grad) for a, b in pairs)),
             ],
             dtype=torch.float64,
+            device=ctx.device,
         )
         dist.all_reduce(found, op=dist.ReduceOp.MAX)
         out[name] = {"max_grad_diff": float(found[0]), "bit_identical": not bool(found[1])}
@@ -341,7 +359,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         "tied_copies_bit_identical": tied[0] if check else None,
     }
     state = pipe.whole_state()
-    full = build_model(cfg)
+    full = build_model(cfg)  # on the CPU: the tutor's scorer feeds the model CPU batches
     full.load_state_dict(state["weights"])
     result.update(entry.tutor_score(full, args, cfg.block_size, ctx))  # every rank has the whole model
     return result

@@ -86,14 +86,16 @@ def batch_plan(mesh: NDMesh, rank: int, cfg: TrainConfig) -> tuple[range, torch.
 
 
 class NDSystem:
-    """MiniGPT on one N-D mesh, as the proof harness sees it (every rank of the world)."""
+    """MiniGPT on one N-D mesh, as the proof harness sees it (every rank of the world), on ``device``."""
 
-    def __init__(self, cfg: TrainConfig, mesh: NDMesh, groups: dict, cp_factor: bool = True):
+    def __init__(
+        self, cfg: TrainConfig, mesh: NDMesh, groups: dict, cp_factor: bool = True, device: torch.device | str = "cpu"
+    ):
         from minigpt.parallel import fsdp_by_hand as fsdp
         from minigpt.parallel.tensor_parallel import TPMiniGPT
         from minigpt.parallel.tensor_parallel.kit import kit_for
 
-        self.cfg, self.mesh, self.groups = cfg, mesh, groups
+        self.cfg, self.mesh, self.groups, self.device = cfg, mesh, groups, torch.device(device)
         self.rank = dist.get_rank()
         self.coords = mesh.coords(self.rank)
         self.rows, self.tokens = batch_plan(mesh, self.rank, cfg)
@@ -101,7 +103,7 @@ class NDSystem:
         self.counters = {d: ByteCounter() for d in ("tp", "cp", "dp_replicate", "tp_norm")}
         self.recorder = Recorder()
         tp = TPMiniGPT(
-            build_model(cfg),
+            build_model(cfg).to(device),
             group=groups["tp"],
             counter=self.counters["tp"],
             kit=kit_for(),
@@ -168,7 +170,7 @@ class NDSystem:
         self.reset()
         loss = train_step(self.root, self.optimizer, step, self.cfg, self.dp_index, self.mesh.dp)
         self.sent.append(self.bytes_per_dim())
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=self.device)
         dist.all_reduce(total)  # loss share x cp on every rank: the sum is world x the batch's loss
         return float(total) / self.mesh.world_size, self.norm()
 
@@ -195,9 +197,9 @@ class NDSystem:
         from minigpt.parallel.tensor_parallel import gather_logits
 
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
         rows = slice(self.rows.start, self.rows.stop)
-        local, loss = self.root(x[rows], y[rows], mask[rows])
+        local, loss = self.root(*(t[rows].to(self.device) for t in batch))
         loss.backward()
         logits = gather_logits(local, cfg.model_config().vocab_size, self.groups["tp"]).detach()
         return proof.FirstStep(rows, logits, self._whole(fsdp.full_gradients(self.model)), self.tokens)
@@ -206,10 +208,11 @@ class NDSystem:
         """Every sharded parameter whole, on every rank, from the FSDP pieces of every rank's TP slice
         (one ``all_gather_object``, not counted), joined by Exercise 7.3's ``whole_parameter`` (the
         reference's or the learner's): what saving a checkpoint of this run must do. The replicas hold
-        the same pieces: those of replica 0 are used."""
+        the same pieces: those of replica 0 are used. The pieces travel, and are joined, on the CPU (a
+        pickled GPU tensor would come back on the GPU of the rank that sent it)."""
         join = impl.load("lab07_nd_parallel", "whole_parameter")
         shard_rank = dist.get_group_rank(self.groups["dp_shard_cp"], self.rank)
-        mine = {n: (sp.shard.detach().clone(), sp.rows) for n, sp in self.pieces.items()}
+        mine = {n: (sp.shard.detach().to("cpu", copy=True), sp.rows) for n, sp in self.pieces.items()}
         everyone: list = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, (self.coords, shard_rank, mine))
         S = self.mesh.dp_shard * self.mesh.cp
@@ -236,7 +239,7 @@ class NDSystem:
             h = hashlib.sha256()
             for n in sorted(local):
                 if (n in cut_names) == keep:
-                    h.update(local[n].numpy().tobytes())
+                    h.update(local[n].cpu().numpy().tobytes())
             out[which] = h.hexdigest()
         return out
 
@@ -249,9 +252,9 @@ class TorchNDSystem:
     does not run on CPU (its ring attention shards a flash-attention kernel that has no CPU
     sharding strategy: ``NotImplementedError``), so with ``cp > 1`` the mesh is
     ``(dp_replicate, dp_shard x cp, tp)``: the cp ranks are more data-parallel ranks, each with its
-    own rows of the same global batch, which is the same step."""
+    own rows of the same global batch, which is the same step. The mesh is of ``device``'s type."""
 
-    def __init__(self, cfg: TrainConfig, mesh: NDMesh):
+    def __init__(self, cfg: TrainConfig, mesh: NDMesh, device: torch.device | str = "cpu"):
         import logging
 
         from torch.distributed.device_mesh import init_device_mesh
@@ -261,18 +264,19 @@ class TorchNDSystem:
 
         # DTensor warns that a redistribution over several dimensions takes several collectives
         logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-        self.cfg, self.mesh = cfg, mesh
+        self.cfg, self.mesh, self.device = cfg, mesh, torch.device(device)
+        kind = self.device.type
         if mesh.cp == 1:  # the four named dimensions; HSDP on the (dp_replicate, dp_shard) sub-mesh
-            dm = init_device_mesh("cpu", mesh.shape, mesh_dim_names=DIMS)
+            dm = init_device_mesh(kind, mesh.shape, mesh_dim_names=DIMS)
             data = dm["dp_replicate", "dp_shard"]
         else:  # no CP on CPU: its ranks are more shard ranks, dp_shard and cp one dimension
             shape = (mesh.dp_replicate, mesh.dp_shard * mesh.cp, mesh.tp)
-            dm = init_device_mesh("cpu", shape, mesh_dim_names=("dp_replicate", "dp_shard_cp", "tp"))
+            dm = init_device_mesh(kind, shape, mesh_dim_names=("dp_replicate", "dp_shard_cp", "tp"))
             data = dm["dp_replicate", "dp_shard_cp"]
         self.tp_rank = dm.get_local_rank("tp")
         self.dp = data.size()
         self.dp_index = data.get_local_rank(0) * data.size(1) + data.get_local_rank(1)
-        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg)), dm["tp"])
+        model = torch_tp.parallelize(torch_tp.split_qkv(build_model(cfg).to(device)), dm["tp"])
         for block in model.blocks:
             fully_shard(block, mesh=data)
         self.model = fully_shard(model, mesh=data)
@@ -281,7 +285,7 @@ class TorchNDSystem:
 
     def train_step(self, step: int) -> tuple[float, torch.Tensor | None]:
         loss = train_step(self.model, self.optimizer, step, self.cfg, self.dp_index, self.dp)
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=self.device)
         dist.all_reduce(total)  # every tp rank of a data-parallel rank has its rows' loss
         return float(total) / self.mesh.world_size, self.norm()
 
@@ -294,20 +298,22 @@ class TorchNDSystem:
         from minigpt.parallel.tensor_parallel import torch_tp
 
         cfg = self.cfg
-        x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+        batch = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
         rows = grammar.rank_slice(cfg.batch_size, self.dp_index, self.dp)
-        logits, loss = self.model(x[rows], y[rows], mask[rows])
+        logits, loss = self.model(*(t[rows].to(self.device) for t in batch))
         loss.backward()
         return proof.FirstStep(rows, proof.whole(logits), torch_tp.whole_gradients(self.model))
 
 
 def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.Tensor:
     """The whole batch's logits ``(B, T, V)`` on every rank, from each rank's rows and tokens: the
-    ranks with ``mine`` (one of each tensor-parallel group) put theirs in, one all-reduce adds them."""
-    out = torch.zeros(cfg.batch_size, cfg.block_size, cfg.model_config().vocab_size, dtype=torch.float64)
+    ranks with ``mine`` (one of each tensor-parallel group) put theirs in, one all-reduce adds them
+    (on the logits' device)."""
+    device = first.logits.device
+    out = torch.zeros(cfg.batch_size, cfg.block_size, cfg.model_config().vocab_size, dtype=torch.float64, device=device)
     if mine:
         tokens = torch.arange(cfg.block_size) if first.tokens is None else first.tokens
-        out[first.rows, tokens] = first.logits.detach().to(torch.float64)
+        out[first.rows, tokens.to(device)] = first.logits.detach().to(torch.float64)
     dist.all_reduce(out)
     return out
 
@@ -324,11 +330,11 @@ def against_pytorch(
     from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
 
     f32 = replace(cfg, dtype="float32")
-    ours = NDSystem(f32, mesh, groups, cp_factor)
+    ours = NDSystem(f32, mesh, groups, cp_factor, ctx.device)
     mine = batch_logits(ours.first_step(), ours.coords["tp"] == 0, f32)
-    torch_first = TorchNDSystem(f32, mesh)
+    torch_first = TorchNDSystem(f32, mesh, ctx.device)
     theirs = batch_logits(torch_first.first_step(), torch_first.tp_rank == 0, f32)
-    run = proof.run_with_twin(TorchNDSystem(cfg, mesh), cfg, ctx, twin_norm="run")
+    run = proof.run_with_twin(TorchNDSystem(cfg, mesh, ctx.device), cfg, ctx, twin_norm="run")
     return {
         "pytorch_impl": "init_device_mesh + parallelize_module on tp + fully_shard (HSDP) on "
         "(dp_replicate, dp_shard)"
@@ -345,7 +351,7 @@ def against_pytorch(
 def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     groups = compose.build_groups(mesh, ctx.rank)
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
-    build = lambda c: NDSystem(c, mesh, groups, not args.drop_cp_factor)  # noqa: E731
+    build = lambda c: NDSystem(c, mesh, groups, not args.drop_cp_factor, ctx.device)  # noqa: E731
     if args.check:
         check.first_step(build, cfg, ctx)
         check.float64(build, cfg, ctx, args.fp64_steps)
@@ -368,7 +374,8 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
         same_tp.setdefault(mesh.coords(r)["tp"], set()).add(d["tp_slice"])
     model = bytes_model_per_dim(cfg, mesh, system.unit_shapes)
     states = model_states_model(mesh, system.unit_shapes)
-    joined, whole = system.whole_from_pieces(), system.whole_state()["weights"]
+    joined = system.whole_from_pieces()
+    whole = {n: t.cpu() for n, t in system.whole_state()["weights"].items()}  # joined on the CPU
     pieces_ok = all(
         torch.is_tensor(t) and t.shape == whole[n].shape and t.dtype == whole[n].dtype and torch.equal(t, whole[n])
         for n, t in joined.items()

@@ -125,7 +125,7 @@ def nd_grad_norm(model: nn.Module, tp_cut: set[int], tp_group: dist.ProcessGroup
     squares = torch.stack(local_norms(model)).pow(2)  # this rank's FSDP piece of each
     unit.record_collective("all-reduce", squares, is_async=False)
     dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=unit.group)  # each TP-local tensor's square
-    cut = torch.tensor([id(p) in tp_cut for p in shards])
+    cut = torch.tensor([id(p) in tp_cut for p in shards], device=squares.device)
     tp_part = comm.all_reduce(squares[cut].sum().reshape(1), tp_group, counter)[0]
     return (tp_part + squares[~cut].sum()).sqrt()
 

@@ -25,6 +25,7 @@ from minigpt.parallel.pipeline.link import Link, PipelineTimeout
 from minigpt.parallel.pipeline.schedule import (
     SCHEDULES,
     chart,
+    check_posting_order,
     check_schedule,
     gpipe,
     one_f_one_b,
@@ -43,6 +44,7 @@ __all__ = [
     "backward_step",
     "bubble_fraction",
     "chart",
+    "check_posting_order",
     "check_schedule",
     "clip_grad_norm_",
     "forward_step",

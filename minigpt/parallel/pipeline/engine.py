@@ -112,11 +112,15 @@ def run_schedule(
     forward: Callable = forward_step,
     backward: Callable = backward_step,
 ) -> StepRecord:
-    """Run this stage's ``order`` for one step (gradients accumulate into ``.grad``)."""
+    """Run this stage's ``order`` for one step (gradients accumulate into ``.grad``). On a GPU the
+    kernels run after their call returns, so the clock waits for them after every operation: the
+    times of the record are the device's, not the moments the work was queued."""
     m = len(batches)
     held: dict[int, tuple] = {}
     record = StepRecord()
     link.waited_s = 0.0
+    device = next(stage.parameters()).device
+    settle = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
     for kind, i in order:
         start = time.perf_counter() - t0
@@ -126,9 +130,11 @@ def run_schedule(
                 record.loss += loss / m
         else:
             backward(stage, i, link, held)
+        settle()
         record.ops.append((kind, i, start, time.perf_counter() - t0))
         record.peak_held = max(record.peak_held, len(held))
     link.wait_sends()
+    settle()
     record.seconds = time.perf_counter() - t0
     record.waited_s = link.waited_s
     if held:
@@ -166,7 +172,8 @@ def clip_grad_norm_(
     norm put together another way (say the square root of a float64 sum of squares) differs in the
     last bits, and AdamW can amplify that difference: the lab page shows by how much."""
     grads = {name: p.grad for name, p in stage.named_in_model() if p.grad is not None}
-    norms = torch.zeros(len(model_names), dtype=next(iter(grads.values())).dtype)
+    first = next(iter(grads.values()))
+    norms = torch.zeros(len(model_names), dtype=first.dtype, device=first.device)
     for i, name in enumerate(model_names):
         if name in grads:
             norms[i] = torch.linalg.vector_norm(grads[name])

@@ -7,6 +7,11 @@ else is in flight. Sends are posted asynchronously (``isend``: a stage never wai
 neighbour to be ready to listen) and waited for at the end of the step; receives block, bounded by
 the timeout of the process group: a stage that waits longer raises :class:`PipelineTimeout`, which
 says which stage waited for what, from whom. The bytes passed to ``isend`` are counted.
+
+On GPUs (NCCL) the tag travels nowhere: NCCL matches the messages between two ranks in the order
+they were posted. The schedules keep that order on both ends of every wire (each stage forwards the
+micro-batches in the order its predecessor does, and runs their backwards in the order its
+successor does), which :func:`~minigpt.parallel.pipeline.schedule.check_posting_order` checks.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ class PipelineTimeout(RuntimeError):
 
 class Link:
     """Stage ``stage``'s sends and receives. ``ranks[s]`` is the global rank of stage s; the
-    activations of one micro-batch have ``shape`` and ``dtype``."""
+    activations of one micro-batch have ``shape`` and ``dtype`` and live on ``device`` (the
+    stage's: NCCL receives into GPU memory only)."""
 
     def __init__(
         self,
@@ -35,8 +41,10 @@ class Link:
         dtype: torch.dtype,
         timeout_s: float,
         counter: ByteCounter | None = None,
+        device: torch.device | str = "cpu",
     ):
         self.stage, self.ranks, self.shape, self.dtype = stage, ranks, shape, dtype
+        self.device = torch.device(device)
         self.timeout_s = timeout_s
         self.counter = ByteCounter() if counter is None else counter
         self.prev = ranks[stage - 1] if stage > 0 else None
@@ -55,10 +63,12 @@ class Link:
     def _recv(self, src: int | None, micro_batch: int, what: str, other: int) -> torch.Tensor:
         if src is None:
             raise ValueError(f"stage {self.stage} has no neighbour to receive {what} of micro-batch {micro_batch} from")
-        tensor = torch.empty(self.shape, dtype=self.dtype)
+        tensor = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         t0 = time.perf_counter()
         try:
             dist.recv(tensor, src=src, tag=micro_batch)
+            if tensor.is_cuda:  # NCCL's recv returns once the transfer is queued: the wait is for its data
+                torch.cuda.synchronize(tensor.device)
         except RuntimeError as exc:
             if "Timed out" not in str(exc) and "timeout" not in str(exc).lower():
                 raise

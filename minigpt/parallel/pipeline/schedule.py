@@ -73,6 +73,23 @@ def check_schedule(orders: list[list[Op]], micro_batches: int) -> list[simulator
     return simulator.simulate_orders([[tuple(op) for op in order] for order in orders])
 
 
+def check_posting_order(orders: list[list[Op]]) -> None:
+    """ValueError unless every wire carries its messages in the order both of its ends expect them:
+    stages s and s + 1 run their forwards (the activations going down) and their backwards (the
+    gradients coming back) in the same micro-batch order. A backend that matches messages by tag
+    (gloo) does not need it; NCCL matches by posting order, so a schedule that breaks it would hand
+    a stage another micro-batch's tensor of the same shape, without an error."""
+    for s in range(len(orders) - 1):
+        for kind, what in (("F", "forwards"), ("B", "backwards")):
+            here = [i for k, i in orders[s] if k == kind]
+            there = [i for k, i in orders[s + 1] if k == kind]
+            if here != there:
+                raise ValueError(
+                    f"stages {s} and {s + 1} run their {what} in different micro-batch orders ({here} and {there}): "
+                    "NCCL matches the messages between two ranks in the order they are posted, not by tag"
+                )
+
+
 def peak_held(order: list[Op]) -> int:
     """The most micro-batches whose activations a stage holds at once when it runs ``order``."""
     held = peak = 0

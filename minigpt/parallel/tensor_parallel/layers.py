@@ -194,7 +194,7 @@ class VocabParallelEmbedding(nn.Module):
             )
         self.per_rank = self.padded // tp
         self.start = rank * self.per_rank
-        shard = torch.zeros(self.per_rank, full_weight.shape[1], dtype=full_weight.dtype)
+        shard = torch.zeros(self.per_rank, full_weight.shape[1], dtype=full_weight.dtype, device=full_weight.device)
         stop = min(self.start + self.per_rank, self.vocab_size)
         if stop > self.start:
             shard[: stop - self.start] = full_weight.detach()[self.start : stop]

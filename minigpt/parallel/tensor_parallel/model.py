@@ -97,7 +97,7 @@ class TPAttention(nn.Module):
         self.local_heads = n_head // tp
         self.qkv = ColumnParallelLinear.from_linear(attn.qkv, group, parts=3, **kw)  # [q_r | k_r | v_r]
         self.proj = RowParallelLinear.from_linear(attn.proj, group, **kw)
-        self.register_buffer("mask", causal_mask(block_size), persistent=False)
+        self.register_buffer("mask", causal_mask(block_size).to(attn.qkv.weight.device), persistent=False)
         self.ring: tuple | None = None  # (cp group, its counter, kit): set by TPMiniGPT for context parallelism
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -139,7 +139,8 @@ class TPBlock(nn.Module):
 
 
 def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
-    new = nn.LayerNorm(norm.normalized_shape, eps=norm.eps, bias=norm.bias is not None, dtype=norm.weight.dtype)
+    w = norm.weight
+    new = nn.LayerNorm(norm.normalized_shape, eps=norm.eps, bias=norm.bias is not None, dtype=w.dtype, device=w.device)
     new.load_state_dict(norm.state_dict())
     return new
 

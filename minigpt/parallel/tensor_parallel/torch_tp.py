@@ -44,11 +44,12 @@ class SplitQKVAttention(nn.Module):
         super().__init__()
         C = attn.qkv.in_features
         self.head_dim = C // attn.n_head
+        fused = attn.qkv.weight
         for i, name in enumerate(SPLIT):
             linear = nn.Linear(C, C, bias=False)
             with torch.no_grad():
-                linear.weight.copy_(attn.qkv.weight[i * C : (i + 1) * C])
-            setattr(self, name, linear.to(attn.qkv.weight.dtype))
+                linear.weight.copy_(fused[i * C : (i + 1) * C])
+            setattr(self, name, linear.to(fused.device, fused.dtype))  # where the fused weight lives
         self.proj = attn.proj
         self.register_buffer("mask", attn.mask.clone(), persistent=False)
 
