@@ -55,6 +55,7 @@ CATALOG = Path(__file__).resolve().parent / "exercises.toml"
 LANGS = ("en", "es")
 LANG_VARIABLE = "MINIGPT_LANG"  # what the tests read (tests/words.py)
 DETAILS_VARIABLE = "MINIGPT_DETAILS"  # make grade DETAILS=1: tracebacks of a crashed rank too
+PREDICTIONS_TESTS = "tests/test_predictions.py"  # every lab's predictions, graded with its lab
 SAVED_VARIABLE = "MINIGPT_GRADES"  # a report saved with --save: grade() shows its results instead of grading
 
 WORDS = {
@@ -63,6 +64,7 @@ WORDS = {
         "yours": "your code",
         "reference": "the reference",
         "exercise": "Exercise",
+        "prediction": "Prediction",
         "all": "All together",
         "all_title": "all of your code at once",
         "lost": "−{points} pt",
@@ -81,12 +83,14 @@ WORDS = {
         "waits": "waits for Exercise {which} (not written yet)",
         "waits_many": "waits for Exercises {which} (not written yet)",
         "hint": "A hint: make hint EX={ex}",
+        "why": "why",
     },
     "es": {
         "grading": "Corrigiendo {who} ({where})",
         "yours": "tu código",
         "reference": "la referencia",
         "exercise": "Ejercicio",
+        "prediction": "Predicción",
         "all": "Todo junto",
         "all_title": "todo tu código a la vez",
         "lost": "−{points} pt",
@@ -105,6 +109,7 @@ WORDS = {
         "waits": "espera al ejercicio {which} (sin escribir todavía)",
         "waits_many": "espera a los ejercicios {which} (sin escribir todavía)",
         "hint": "Una pista: make hint EX={ex}",
+        "why": "por qué",
     },
 }
 
@@ -169,10 +174,11 @@ class Report:
 def task_line(reason: str, lang: str) -> str:
     """A stub's ``Exercise 1.3: ...`` message, in ``lang`` (the catalog's translation)."""
     number, _, task = reason.partition(": ")
-    number = number.removeprefix("Exercise ").strip()
+    number = number.removeprefix("Exercise ").removeprefix("Prediction ").strip()
+    word = WORDS[lang]["prediction" if number.startswith("P") else "exercise"]
     for entry in catalog()["exercises"].get(number, {}).get("tasks", []):
         if entry["en"] == task.strip():
-            return f"{WORDS[lang]['exercise']} {number}: {entry[lang]}"
+            return f"{word} {number}: {entry[lang]}"
     return reason
 
 
@@ -246,7 +252,8 @@ def _exercise_lines(tests: list[Result], exercise: str, unwritten: list[str], la
     if exercise == "all":
         title = f"{words['all']} · {words['all_title']}"
     else:
-        title = f"{words['exercise']} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
+        kind = words["prediction" if exercise.startswith("P") else "exercise"]
+        title = f"{kind} {exercise} · {cat['exercises'][exercise]['title'][lang]}"
     lines = [f"  {title} · {got}/{out_of}" + (f" · {words['full']}" if got == out_of else "")]
     waits = ""
     if exercise == "all" and unwritten:  # what it waits for, not another exercise's stub message
@@ -263,6 +270,10 @@ def _exercise_lines(tests: list[Result], exercise: str, unwritten: list[str], la
             else:
                 why = reason_line(r, lang)
             lines.append(f"    {words['lost'].format(points=r.points)} {r.name}: {why}")
+    if exercise.startswith("P") and tests and all(r.kind in ("", "failed") for r in tests):
+        from minigpt import predictions  # a prediction answered and graded: now its lesson
+
+        lines.append(f"    {words['why']}: {predictions.QUESTIONS[exercise].why[lang]}")
     return lines
 
 
@@ -335,7 +346,7 @@ def _grade(
     environ = dict(os.environ if environ is None else environ)
     owners = labs
     if exercise is not None and exercise != "all":  # one exercise, or several ("1.2,4.3"): their labs' tests
-        owners = sorted({f"{int(one.split('.')[0]):02d}" for one in exercise.split(",")})
+        owners = sorted({impl.lab_of(one) for one in exercise.split(",")})
         lab = owners[0] if len(owners) == 1 else None
     saved = _saved(exercise, lab, impl_name, environ)
     if saved is not None:
@@ -344,7 +355,8 @@ def _grade(
         if show:
             print(report.text, flush=True)
         return report
-    files = [f"tests/test_lab{one}.py" for one in ([lab] if lab else owners)]
+    labs_graded = [lab] if lab else owners
+    files = [f"tests/test_lab{one}.py" for one in labs_graded] + [PREDICTIONS_TESTS]
     env = {**environ, impl.ENV_VAR: impl_name, LANG_VARIABLE: lang, "PYTHONPATH": str(ROOT)}
     env.pop(impl.ONLY_ENV_VAR, None)
     if details:  # the graded tests add a crashed rank's own traceback to its line (tests/ranks.py)
@@ -356,6 +368,7 @@ def _grade(
         command += ["-v", "--tb=short"] if details else ["-q", "--tb=no", "-rN"]
         if exercise is not None:
             command.append(f"--exercise={exercise}")
+        command.append(f"--labs={','.join(labs_graded)}")  # the predictions' file holds every lab's
         start = time.perf_counter()
         if runner is None or details:
             proc = subprocess.run(command, cwd=ROOT, env=env, text=True, capture_output=not details)
@@ -395,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lang is not None and args.lang.strip().lower()[:2] not in LANGS:
         return cli.refuse(parser.name, f"--lang {args.lang}: choose en or es")
-    if args.exercise not in (None, "all") and args.lab and args.exercise.split(".")[0] != str(int(args.lab)):
+    if args.exercise not in (None, "all") and args.lab and impl.lab_of(args.exercise) != args.lab:
         return cli.refuse(parser.name, f"--exercise {args.exercise} is not in --lab {args.lab}")
     if args.save:
         try:

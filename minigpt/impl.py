@@ -100,7 +100,8 @@ REFERENCE: dict[str, dict[str, str]] = {
 
 
 # exercise -> (exercise module, the names it covers; "Class.method" for a method of a class the
-# learner builds on the reference's scaffolding)
+# learner builds on the reference's scaffolding). "P1.1", ...: a prediction (minigpt/predictions.py), a
+# number in lab/exercises/predictions.py that no other exercise's code reads.
 EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "0.1": ("lab00_baseline", ("causal_mask",)),
     "0.2": ("lab00_baseline", ("masked_loss",)),
@@ -110,37 +111,56 @@ EXERCISES: dict[str, tuple[str, tuple[str, ...]]] = {
     "1.2": ("lab01_ddp", ("assign_buckets", "BucketedDDP.assign_buckets")),
     "1.3": ("lab01_ddp", ("BucketedDDP._on_grad_ready", "BucketedDDP._launch")),
     "1.4": ("lab01_ddp", ("BucketedDDP.finish_gradient_synchronization",)),
+    "P1.1": ("predictions", ()),
+    "P1.2": ("predictions", ()),
     "2.1": ("lab02_zero", ("device_memory",)),
     "2.2": ("lab02_zero", ("zero2_step",)),
     "2.3": ("lab02_zero", ("step_collectives",)),
     "2.4": ("lab02_zero", ("trainable_parameters", "ZeroOneOptimizer.trainable_parameters")),
     "2.5": ("lab02_zero", ("ZeroOneOptimizer.step",)),
+    "P2.1": ("predictions", ()),
+    "P2.2": ("predictions", ()),
     "3.1": ("lab03_fsdp", ("predict_event_order",)),
     "3.2": ("lab03_fsdp", ("local_norm_term", "global_grad_norm_from_shards")),
     "3.3": ("lab03_fsdp", ("units_of_policy",)),
+    "P3.1": ("predictions", ()),
+    "P3.2": ("predictions", ()),
     "4.1": ("lab04_fsdp", ("shard_rows", "gather_rows", "FSDPUnit.shard_rows", "FSDPUnit.gather_rows")),
     "4.2": ("lab04_fsdp", ("unit_parameters", "FSDPUnit.unit_parameters")),
     "4.3": (
         "lab04_fsdp",
-        ("FSDPUnit.pre_forward", "FSDPUnit.post_forward", "FSDPUnit.pre_backward", "FSDPUnit.post_backward"),
+        ("FSDPUnit.before_forward", "FSDPUnit.after_forward", "FSDPUnit.before_backward", "FSDPUnit.after_backward"),
     ),
     "4.4": (
         "lab04_fsdp",
-        ("reduce_gradients", "global_grad_norm", "FSDPUnit.reduce_gradients", "FSDPUnit.global_grad_norm"),
+        ("reduce_gradients", "global_grad_norm", "FSDPUnit.reduce_scatter_gradients", "FSDPUnit.global_grad_norm"),
     ),
     "4.5": ("lab04_fsdp", ("backward_prefetch_targets", "FSDPUnit.backward_prefetch_targets")),
+    "P4.1": ("predictions", ()),
+    "P4.2": ("predictions", ()),
     "5.1": ("lab05_tensor_parallel", ("column_slice", "row_slice", "row_parallel_linear")),
     "5.2": ("lab05_tensor_parallel", ("copy_to_tp", "reduce_from_tp")),
     "5.3": ("lab05_tensor_parallel", ("vocab_parallel_cross_entropy",)),
     "5.4": ("lab05_tensor_parallel", ("online_softmax_step", "block_mask")),
+    "P5.1": ("predictions", ()),
+    "P5.2": ("predictions", ()),
     "6.1": ("lab06_pipeline", ("one_f_one_b",)),
     "6.2": ("lab06_pipeline", ("forward_step", "backward_step")),
     "6.3": ("lab06_mesh", ("resolve_hsdp",)),
     "6.4": ("lab06_mesh", ("hsdp_bytes_per_dim",)),
+    "P6.1": ("predictions", ()),
+    "P6.2": ("predictions", ()),
     "7.1": ("lab07_nd_parallel", ("mesh_groups",)),
     "7.2": ("lab07_nd_parallel", ("batch_plan",)),
     "7.3": ("lab07_nd_parallel", ("whole_parameter",)),
+    "P7.1": ("predictions", ()),
+    "P7.2": ("predictions", ()),
 }
+
+
+def lab_of(exercise: str) -> str:
+    """The lab of an exercise or a prediction: "4.3" and "P4.1" are Lab "04"."""
+    return f"{int(exercise.removeprefix('P').split('.')[0]):02d}"
 
 
 def current() -> str:

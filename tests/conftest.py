@@ -64,6 +64,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the graded tests of this exercise (e.g. 1.3, or all: the end-to-end tests), or of "
         "several, comma-separated (e.g. 4.1,4.5: each test still has only its own exercise the learner's)",
     )
+    parser.addoption(
+        "--labs",
+        default=None,
+        help="keep only the graded tests of these labs (e.g. 01,04), and every test without points: the grader "
+        "runs each lab's file and tests/test_predictions.py, which holds every lab's predictions",
+    )
     parser.addoption("--grade-report", default=None, help="write the graded tests' results to this JSON file")
 
 
@@ -123,6 +129,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         timed = [item for item in items if getattr(item, "originalname", item.name) in TIMED]
         last = {id(item) for item in lane + timed}
         items[:] = [item for item in items if id(item) not in last] + lane + timed
+    labs = config.getoption("--labs")
+    if labs is not None:
+        keep_labs = {lab.strip() for lab in labs.split(",")}
+        other = [item for item in items if (m := item.get_closest_marker("lab")) and str(m.args[0]) not in keep_labs]
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if item not in other]
     wanted = config.getoption("--exercise")
     if wanted is not None:
         names = selected_exercises(wanted)

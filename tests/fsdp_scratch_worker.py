@@ -5,7 +5,7 @@ It runs the multi-process scenarios of tests/test_lab04.py and tests/test_lab04_
 ``MINIGPT_SCENARIOS`` asks for (an exercise, "all", "maintainer"; every one when unset), each with
 only its exercise the learner's (``MINIGPT_EXERCISE``), and writes ``OUTDIR/rank<r>.json`` after
 every scenario. Every scenario gets its own process group with a short timeout, created up front
-in the same order on every rank, so a learner's hook that skips or reorders a collective costs
+in the same order on every rank, so a learner's move that skips or reorders a collective costs
 only the tests that read that scenario; the learner's scenarios that can crash inside backward run
 after the others.
 """
@@ -102,7 +102,7 @@ def gather_round_trip(group) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 4.3: the learner's hooks against the reference's, on MiniGPT
+# Exercise 4.3: the learner's four moves against the reference's, on MiniGPT
 
 
 def _freed(unit) -> list[str]:
@@ -110,67 +110,121 @@ def _freed(unit) -> list[str]:
     return [p.slots[0][2] for p in unit.params if p.full.untyped_storage().nbytes() == 0]
 
 
-def watched(unit_class):
-    """The learner's unit class with what each hook promises checked as it returns: a unit is whole
-    from its pre-forward to its post-forward (the root until backward reaches it), and whole again
-    from its pre-backward on. A hook that breaks it fails the scenario with the hook's name, before
-    autograd reads a freed parameter ("storage of size 0", which names no hook)."""
+def _whole(unit) -> bool:
+    """Whether any of the unit's gathered tensors holds its storage (the unit is not freed)."""
+    return len(_freed(unit)) < len(unit.params)
 
-    def check(unit, hook: str, why_en: str, why_es: str) -> None:
+
+def watched(unit_class, seen: dict | None = None):
+    """``unit_class`` with what each move promises checked as it returns: a unit is whole from its
+    ``before_forward`` to its forward's end (the root until backward reaches it), and whole again from
+    its ``before_backward`` on. A move that breaks it fails the scenario with the move's name, before
+    autograd reads a freed parameter ("storage of size 0", which names no method).
+
+    ``seen`` (optional) collects, without failing anything, what backward's peak is made of:
+    ``"peaks"`` the bytes held at each event of backward and at each reduce-scatter's start (its
+    buffer counted: the contract's buffer, alive while the collective runs), ``"kept"`` the units whose
+    ``after_backward`` was done but which were still whole when another unit's backward started,
+    ``"from_forward"`` the units still whole from their forward at another unit's backward, and
+    ``"reduced_whole"`` the units that began their reduce-scatter still whole."""
+
+    def check(unit, move: str, why_en: str, why_es: str) -> None:
         freed = _freed(unit)
         if freed:
             shown = ", ".join(freed[:3]) + (", ..." if len(freed) > 3 else "")
+            flying = unit._in_flight is not None  # a gather issued (a prefetch, maybe) and never waited for
             raise RuntimeError(
                 say(
-                    f"{hook} of {unit.name} returned with the unit's parameters freed ({shown}: 0 bytes): {why_en}",
-                    f"{hook} de {unit.name} terminó con los parámetros de la unidad liberados ({shown}: 0 bytes): "
-                    f"{why_es}",
+                    f"{move} of {unit.name} returned with the unit's parameters freed ({shown}: 0 bytes): {why_en}"
+                    + ("; its all-gather was still in flight: issued, never finished" if flying else ""),
+                    f"{move} de {unit.name} terminó con los parámetros de la unidad liberados ({shown}: 0 bytes): "
+                    f"{why_es}" + ("; su all-gather seguía en curso: lanzado, nunca terminado" if flying else ""),
                 )
             )
 
+    started: set[str] = set()  # units whose backward started in this step
+    done: set[str] = set()  # ... and whose after_backward ran
+
     class Watched(unit_class):
-        def pre_forward(self, module, args):
-            args = super().pre_forward(module, args)
+        def before_forward(self):
+            if self.root is self and torch.is_grad_enabled():
+                started.clear()
+                done.clear()
+            super().before_forward()
             check(
                 self,
-                "pre_forward",
-                "its forward reads them next (a unit must be whole from its pre-forward to its post-forward)",
-                "su pasada hacia delante los lee a continuación (una unidad debe estar entera desde su pre-forward "
-                "hasta su post-forward)",
+                "before_forward",
+                "its forward reads them next (a unit is whole from before_forward to the end of its forward)",
+                "su pasada hacia delante los lee a continuación (una unidad está entera desde before_forward hasta "
+                "el final de su pasada hacia delante)",
             )
-            return args
 
-        def post_forward(self, module, args, output):
-            output = super().post_forward(module, args, output)
+        def after_forward(self):
+            super().after_forward()
             if self is self.root:
                 check(
                     self,
-                    "post_forward",
+                    "after_forward",
                     "the root keeps its parameters after its forward: backward starts with it",
                     "la raíz conserva sus parámetros tras su pasada hacia delante: la pasada hacia atrás empieza por "
                     "ella",
                 )
-            return output
 
-        def pre_backward(self):
-            super().pre_backward()
+        def before_backward(self):
+            if seen is not None and self is not self.root:
+                for other in self.root.units:
+                    if other is self or other is self.root or not _whole(other):
+                        continue
+                    if other.name in done:
+                        seen["kept"].append((other.name, self.name))
+                    elif other.name not in started:
+                        seen["from_forward"].append((other.name, self.name))
+            started.add(self.name)
+            super().before_backward()
             check(
                 self,
-                "pre_backward",
-                "its backward reads them next (a unit must be whole again from its pre-backward to its post-backward)",
-                "su pasada hacia atrás los lee a continuación (una unidad debe volver a estar entera desde su "
-                "pre-backward hasta su post-backward)",
+                "before_backward",
+                "its backward reads them next (a unit is whole again from before_backward to its after_backward)",
+                "su pasada hacia atrás los lee a continuación (una unidad vuelve a estar entera desde "
+                "before_backward hasta su after_backward)",
             )
+
+        def after_backward(self):
+            super().after_backward()
+            done.add(self.name)
+
+        def reduce_gradients(self):
+            if seen is not None:
+                with_grad = [p for p in self.params if p.full.grad is not None]
+                buffer = self.world_size * sum(p.shard.numel() for p in with_grad)
+                size = torch.empty((), dtype=self.reduce_dtype).element_size()
+                seen["peaks"].append(self.root.held_bytes() + buffer * size)
+                if _whole(self):
+                    seen["reduced_whole"].append(self.name)
+            super().reduce_gradients()
 
     Watched.__name__ = Watched.__qualname__ = unit_class.__name__
     return Watched
 
 
+def backward_peak(model: nn.Module, recorder, seen: dict, x, y, mask) -> int:
+    """One step of ``model`` (made of :func:`watched` units that fill ``seen``): the largest number of
+    bytes of parameters and gradients it held during backward, reduce-scatter buffers counted."""
+    for key in ("peaks", "kept", "from_forward", "reduced_whole"):
+        seen[key] = []
+    recorder.begin()
+    loss = model(x, y, mask)[1]
+    start = len(recorder.current.timeline)
+    loss.backward()
+    return max([held for _, _, _, held in recorder.current.timeline[start:]] + seen["peaks"])
+
+
 def hooks_on_minigpt(group) -> dict:
     cfg = TrainConfig()
-    reference = shard_model(build_model(cfg), ReferenceUnit, group)
-    recorder = fsdp.Recorder()
-    model = shard_model(build_model(cfg), watched(learners("FSDPUnit")), group, recorder)
+    theirs, seen_theirs = fsdp.Recorder(), {}
+    reference = shard_model(build_model(cfg), watched(ReferenceUnit, seen_theirs), group, theirs)
+    recorder, seen = fsdp.Recorder(), {}
+    model = shard_model(build_model(cfg), watched(learners("FSDPUnit"), seen), group, recorder)
     blocks = [u for u in fsdp.find_units(model) if u.name != "root"]
     root = fsdp.find_units(model)[0]
     held_in_backward: dict[str, list[int]] = {}
@@ -186,14 +240,22 @@ def hooks_on_minigpt(group) -> dict:
     out = {"steps": []}
     for step in range(2):
         x, y, mask = batch(step, RANK, 2, cfg)
-        reference(x, y, mask)[1].backward()
+        reference_peak = backward_peak(reference, theirs, seen_theirs, x, y, mask)
         recorder.begin()
         loss = model(x, y, mask)[1]
         after_forward = {u.name: sum(p.full.untyped_storage().nbytes() for p in u.params) for u in blocks}
         root_after_forward = sum(p.full.untyped_storage().nbytes() for p in root.params)
+        start = len(recorder.current.timeline)
+        for key in ("peaks", "kept", "from_forward", "reduced_whole"):
+            seen[key] = []
         loss.backward()
-        ours, theirs = shard_grads(model), shard_grads(reference)
-        differ = [n for n in theirs if theirs[n] is None or ours[n] is None or not torch.equal(ours[n], theirs[n])]
+        peak = max([held for _, _, _, held in recorder.current.timeline[start:]] + seen["peaks"])
+        ours, theirs_grads = shard_grads(model), shard_grads(reference)
+        differ = [
+            n
+            for n in theirs_grads
+            if theirs_grads[n] is None or ours[n] is None or not torch.equal(ours[n], theirs_grads[n])
+        ]
         after_step = sum(p.full.untyped_storage().nbytes() for u in fsdp.find_units(model) for p in u.params)
         out["steps"].append(
             {
@@ -201,6 +263,11 @@ def hooks_on_minigpt(group) -> dict:
                 "after_forward": after_forward,
                 "root_after_forward": root_after_forward,
                 "after_step": after_step,
+                "backward_peak": peak,
+                "reference_backward_peak": reference_peak,
+                "kept": seen["kept"],
+                "from_forward": seen["from_forward"],
+                "reduced_whole": seen["reduced_whole"],
             }
         )
         for m in (model, reference):
@@ -212,21 +279,20 @@ def hooks_on_minigpt(group) -> dict:
 
 
 def forward_prefetch_on_minigpt(group) -> dict:
-    """The learner's hooks with an explicit forward prefetch (each block's ``forward_prefetch`` is the
-    next block), two steps: after each pre-forward, the units of its list whose gather was not in
-    flight (never started, or already waited for)."""
+    """The learner's moves with an explicit forward prefetch (each block's ``forward_prefetch`` is the
+    next block), two steps: after each ``before_forward``, the units of its list whose gather was not
+    in flight (never started, or already waited for)."""
     late, checked = [], [0]
 
     class Prefetching(watched(learners("FSDPUnit"))):
-        def pre_forward(self, module, args):
-            args = super().pre_forward(module, args)
+        def before_forward(self):
+            super().before_forward()
             for ahead in self.forward_prefetch:
                 checked[0] += 1
                 if ahead._in_flight is None:
                     late.append(
                         f"{self.name} -> {ahead.name} ({'gathered, waited for' if ahead.gathered else 'not gathered'})"
                     )
-            return args
 
     cfg = TrainConfig()
     model = shard_model(build_model(cfg), Prefetching, group)
@@ -339,25 +405,16 @@ class Partly(nn.Module):
 
 
 def watch_reductions(model: nn.Module) -> list[dict]:
-    """Each reduce_gradients of ``model``'s units, as it runs: what it announced with
-    ``record_collective`` and the collectives it called, in order, and the elements its buffer should
-    hold (the parameters with a gradient, each padded as its shard: 0 when none has one)."""
+    """Each reduce-scatter of ``model``'s units, as it runs: the collectives the learner's function
+    called, in order, and the elements its buffer should hold (the parameters with a gradient, each
+    padded as its shard: 0 when none has one)."""
     seen: list[dict] = []
     for unit in fsdp.find_units(model):
 
-        def reduce(unit=unit, reduce=unit.reduce_gradients, announce=unit.record_collective) -> None:
+        def reduce(unit=unit, reduce=unit.reduce_gradients) -> None:
             expected = sum(p.shard.numel() for p in unit.params if p.full.grad is not None) * unit.world_size
-
-            def announced(kind, buffer, is_async):
-                calls.append((f"record_collective {kind}", [buffer.numel()]))
-                return announce(kind, buffer, is_async)
-
             with collectives() as calls:
-                unit.record_collective = announced
-                try:
-                    reduce()
-                finally:
-                    unit.record_collective = announce
+                reduce()
             seen.append({"unit": unit.name, "expected": expected, "calls": calls})
 
         unit.reduce_gradients = reduce
@@ -390,6 +447,12 @@ def reduce_scatter_padded(group) -> dict:
         real = max(0, min(p.shape[0], rows[n] - RANK * p.shape[0]))
         padding_zero &= bool((p.grad[real:] == 0).all())
     full_grads_kept = [u.name for u in fsdp.find_units(model) for p in u.params if p.full.grad is not None]
+    # a known symptom: every gradient exactly world_size times the mean (summed, not averaged)
+    summed = all(
+        float((p.grad - 2 * full_grad_rows(expected[n], rows[n], RANK, 2)).abs().max()) <= 1e-6
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    ) and any(errors.get(n, 0) > 1e-6 for n in errors)
     model(padded_batch(RANK)).backward()  # a second micro-batch, the same: the shards' grads double
     accumulated = max(
         float((p.grad - 2 * full_grad_rows(expected[n], rows[n], RANK, 2)).abs().max())
@@ -410,6 +473,7 @@ def reduce_scatter_padded(group) -> dict:
         "missing": missing,
         "full_grads_kept": full_grads_kept,
         "accumulated_error": accumulated,
+        "summed_not_averaged": summed,
         "shard_rows": {n: list(p.shape) for n, p in model.named_parameters()},
     }
 
@@ -448,6 +512,35 @@ def norm_of_shards(group) -> dict:
         "all_reduces": all_reduces,
         "with_gradient": len(whole),
     }
+
+
+def norm_bits_on_minigpt(group) -> dict:
+    """MiniGPT's real gradients (the reference's units, 4 batches): the learner's global norm against
+    FSDP2's, bit for bit. FSDP2's norm is the reference's ``global_grad_norm``, which the lab's proofs
+    hold to ``clip_grad_norm_`` on FSDP2's sharded gradients, bit for bit."""
+    from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm as fsdp2s
+
+    norm = learners("FSDPUnit").global_grad_norm  # the learner's function, as the scaffold calls it
+    cfg = TrainConfig()
+    model = shard_model(build_model(cfg), ReferenceUnit, group)
+    steps = []
+    for step in range(4):
+        model(*batch(step, RANK, 2, cfg))[1].backward()
+        with collectives() as calls:
+            got = norm(model)
+        all_reduces = [numels[0] for name, numels in calls if name == "all_reduce"]
+        want = fsdp2s(model)
+        steps.append(
+            {
+                "got": float(got),
+                "want": float(want),
+                "equal": bool(torch.equal(torch.as_tensor(got), want)),
+                "all_reduces": all_reduces,
+                "parameters": sum(1 for p in model.parameters() if p.grad is not None),
+            }
+        )
+        model.zero_grad(set_to_none=True)
+    return {"steps": steps}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -702,6 +795,7 @@ def main() -> None:
         "gather",
         "reduce",
         "norm",
+        "norm_bits",
         "prefetch",
         "hooks",
         "hooks_prefetch",
@@ -726,6 +820,7 @@ def main() -> None:
     run("gather", "4.1", lambda: gather_round_trip(groups["gather"]))
     run("reduce", "4.4", lambda: reduce_scatter_padded(groups["reduce"]))
     run("norm", "4.4", lambda: norm_of_shards(groups["norm"]))
+    run("norm_bits", "4.4", lambda: norm_bits_on_minigpt(groups["norm_bits"]))
     run("prefetch", "4.5", lambda: prefetch_schedule(groups["prefetch"]))
     run("odd32", "maintainer", lambda: odd_model_against_one_process(groups["odd32"], torch.float32))
     run("odd64", "maintainer", lambda: odd_model_against_one_process(groups["odd64"], torch.float64))

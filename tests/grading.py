@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt import grader, impl
+from minigpt import grader, impl, predictions
 from tests import background, launcher
 from tests.limits import limit
 
@@ -35,6 +35,12 @@ def write_exercises(folder: Path, written: set[str]) -> Path:
                 else:
                     lines.append(f"{name} = _impl.reference({module!r}, {name!r})")
         (folder / f"{module}.py").write_text("\n".join(lines) + "\n")
+    # a prediction done: the number the code measures, measured when the grading imports the file
+    answers = predictions.stub_text().splitlines() + ["", "from minigpt.runners import predictions as _predictions", ""]
+    answers += [
+        f"{predictions.name_of(q)} = _predictions.measure({q!r})" for q in predictions.QUESTIONS if q in written
+    ]
+    (folder / "predictions.py").write_text("\n".join(answers) + "\n")
     return folder
 
 

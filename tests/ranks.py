@@ -89,8 +89,12 @@ def fsdp_scratch(request: pytest.FixtureRequest) -> Launch:
 
 @pytest.fixture(scope="session")
 def tp_scratch(request: pytest.FixtureRequest) -> Launch:
-    """Lab 05's launch (tests/tp_scratch_worker.py), on 2 ranks."""
-    return launch(request, "tp_scratch_worker", 2, wanted(request.session, "tp_scratch"), limit(120))
+    """Lab 05's launch (tests/tp_scratch_worker.py): 4 ranks, two tensor-parallel groups of 2, when a
+    test of Exercise 5.2 needs it (f and g must talk on their own group, not the whole world), else
+    one group of 2."""
+    tags = wanted(request.session, "tp_scratch")
+    world = 4 if "5.2" in tags else 2
+    return launch(request, "tp_scratch_worker", world, tags, limit(120))
 
 
 @pytest.fixture(scope="session")

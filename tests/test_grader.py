@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt import grader, impl
+from minigpt import grader, impl, predictions
 from tests import background, launcher
 from tests.grading import write_exercises
 from tests.limits import HINT, NOT_GRADED, limit
@@ -61,7 +61,9 @@ def graded_tests(lab: str) -> list[tuple[str, str, int, int]]:
 
 
 def lab_points(lab: str) -> int:
-    return sum(points * cases for _, _, points, cases in graded_tests(lab))
+    """A lab's points: its own file's graded tests, and its predictions (tests/test_predictions.py, 1 each)."""
+    predicted = sum(q.lab == lab for q in predictions.QUESTIONS.values())
+    return sum(points * cases for _, _, points, cases in graded_tests(lab)) + predicted
 
 
 def lab00_points() -> int:
@@ -199,7 +201,8 @@ def test_untouched_stubs_score_zero_quickly_each_with_its_task(stubs_graded):
     for r in report.results:
         assert r.kind == "not written", f"{r.name}: {r.kind}: {r.reason}"
         if r.exercise != "all":  # a test of exercise X blames exercise X, whatever it calls
-            assert r.reason.startswith(f"Exercise {r.exercise}: "), f"{r.name} ({r.exercise}): {r.reason}"
+            kind = "Prediction" if r.exercise.startswith("P") else "Exercise"
+            assert r.reason.startswith(f"{kind} {r.exercise}: "), f"{r.name} ({r.exercise}): {r.reason}"
     lines = report.text.splitlines()
     assert not any("Traceback" in line or line.lstrip().startswith('File "') for line in lines), report.text
     # focused: a lab with nothing written yet is one line, which says where to start
@@ -320,8 +323,10 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
         "test_hooks_gradients_equal_the_reference_fsdp": 2,
         "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
         "test_hooks_follow_fsdp2_order": 1,
+        "test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2,
         "test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2,
         "test_global_grad_norm_is_the_norm_of_the_whole_gradient": 2,
+        "test_global_grad_norm_is_fsdp2s_to_the_bit": 1,
         "test_backward_prefetch_targets": 2,
         "test_prefetch_on_two_ranks_follows_fsdp2_order": 1,
         "test_all_together_your_fsdp_trains_minigpt_like_one_process": 2,
@@ -359,6 +364,18 @@ def test_classic_mistakes_lose_exactly_their_points(graded):
         r for r in report.results if r.name == "test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b"
     )
     assert "did forward_step call requires_grad_() on the received activations?" in unwatched.reason, unwatched.reason
+    # issue 46: a gradient exactly world_size times the mean is named as summed, not averaged
+    summed = next(r for r in report.results if r.name == "test_reduce_gradients_is_the_mean_over_ranks_with_padding")
+    assert "every gradient is exactly twice the mean: summed, not averaged" in summed.reason, summed.reason
+    # issue 46: the mesh laid out column-major (tp outermost) is named by a rank's coordinates and the
+    # dimension that varies fastest
+    layout = next(r for r in report.results if r.name == "test_mesh_groups_of_the_labs_two_layouts")
+    for words in (
+        "rank 4 = (dp_replicate 1, dp_shard 0, cp 0, tp 0)",
+        "expected tp to vary fastest",
+        "yours varies dp_replicate fastest",
+    ):
+        assert words in layout.reason, layout.reason
 
 
 def test_a_broken_ddp_loses_the_ddp_points(graded):
@@ -455,24 +472,61 @@ NAMED_CAUSES = {
         {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
         ("a module held under two names", "expected one slot per (module, attribute)"),
     ),
-    ".": (  # tests/pitfalls/ itself: pre_backward that does not gather the unit again
+    ".": (  # tests/pitfalls/ itself: before_backward that does not make the unit whole again
         "4.3",
         {
             "test_hooks_gradients_equal_the_reference_fsdp": 2,
             "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
             "test_hooks_follow_fsdp2_order": 1,
+            "test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2,
         },
-        ("pre_backward of blocks.3 returned with the unit's parameters freed", "its backward reads them next"),
+        ("before_backward of blocks.3 returned with the unit's parameters freed", "its backward reads them next"),
+    ),
+    # issue 46's table: after_backward that reduce-scatters and never frees the unit
+    "never_freed_in_backward": (
+        "4.3",
+        {"test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2},
+        ("blocks.3 still held its gathered parameters when blocks.2's backward started", "free a unit after its last"),
     ),
     "one_number_norm_fsdp": (
         "4.4",
-        {"test_global_grad_norm_is_the_norm_of_the_whole_gradient": 2},
-        ("expected one all-reduce of 43", "no longer FSDP2's norm to the bit"),
+        {"test_global_grad_norm_is_the_norm_of_the_whole_gradient": 2, "test_global_grad_norm_is_fsdp2s_to_the_bit": 1},
+        ("one number per rank sums in another order", "no longer FSDP2's norm to the bit"),
+    ),
+    # issue 46's table: the norm as the square root of the summed squares, not the norm of the norms
+    "summed_squares_norm_fsdp": (
+        "4.4",
+        {"test_global_grad_norm_is_fsdp2s_to_the_bit": 1},
+        ("the same norm on paper, another rounding", "combine per parameter first, as FSDP2 does"),
+    ),
+    "forgot_the_ring_factor": (  # the buffer's size, as if the ring sent each byte once
+        "P1.1",
+        {"test_your_prediction_is_what_the_code_measures[P1.1]": 1},
+        ("you predicted 2,030,208; this run measured 3,045,312",),
     ),
     "held_pipeline": (
         "6.2",
         {"test_your_steps_send_the_modelled_bytes_and_hold_what_the_schedule_says": 2},
         ("B ran for micro-batches [0, 1, 2, 3], but each was still in held afterwards", "held.pop(i)"),
+    ),
+    # issue 46's table: f's backward on the default group, seen on 4 ranks as two tp groups of 2
+    "default_group_tp": (
+        "5.2",
+        {
+            "test_f_is_the_identity_forward_and_sums_the_gradients_backward": 2,
+            "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+        },
+        ("was summed over all 4 ranks, not over its tp group {0, 1}", "ran on the default group"),
+    ),
+    # issue 46's table: the CP coordinate taken as rank % cp, with the chunks of every rank shown
+    "rank_mod_cp_chunks": (
+        "7.2",
+        {"test_batch_plan_token_chunks_balance_the_causal_work": 2},
+        (
+            "rank 1 = (dp_replicate 0, dp_shard 0, cp 0, tp 1): chunks (1, 2), expected (0, 3)",
+            "Chunks by rank, yours: 0:(0, 3) 1:(1, 2)",
+            "yours picks the pair of rank % cp, not of the rank's cp coordinate",
+        ),
     ),
 }
 
@@ -481,9 +535,13 @@ NAMED_CAUSES = {
 def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(graded, folder):
     """Issue 30's table, one exercise graded at a time: shards cut with torch.chunk lose the shard
     test with the IndexError and the learner's line, and the correct gather_rows keeps its point; a
-    module met twice counted twice; a unit not gathered again in pre_backward, named by its hook
+    module met twice counted twice; a unit not made whole again in before_backward, named by its move
     instead of "storage of size 0"; the norm summed as one number per rank; held[i] read instead of
-    popped, named as still held (backward did run)."""
+    popped, named as still held (backward did run). Issue 46's: a unit never freed after its backward,
+    named by the unit still held when the next one's backward started; the norm as the square root of
+    all the squares, not FSDP2's bits; f's backward all-reduced on the
+    default group, named as a sum over all 4 ranks instead of its tp group; the CP coordinate taken as
+    rank % cp, with the rank's coordinates and every rank's chunks against the balanced pairs."""
     exercise, expected, words = NAMED_CAUSES[folder]
     report = report_of(graded, f"cause {folder}")
     assert lost(report) == expected, report.text
@@ -522,10 +580,11 @@ ONE_RULE_EACH = {
     "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
     "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
     "4.3": {  # never freed after forward: nothing to gather again before backward, so not FSDP2's order either,
-        # and the unit used twice gathered once, not three times
+        # the unit used twice gathered once, not three times, and every block still whole when backward starts
         "test_hooks_gradients_equal_the_reference_fsdp": 2,
         "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
         "test_hooks_follow_fsdp2_order": 1,
+        "test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2,
     },
     "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # the full gradients kept
     "5.1": {"test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once": 3},  # reduce twice
@@ -564,7 +623,7 @@ SECOND_RULE_EACH = {
     "3.2": {"test_global_norm_rejects_bad_input": 1},  # norm_type <= 0 not refused
     "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
     "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # dist.all_gather into a list, then a copy
-    "4.3": {"test_hooks_gradients_equal_the_reference_fsdp": 2},  # no use count: a unit used twice gathered 3 + 1
+    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # the forward prefetch waited for, not in flight
     "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # no full.grad taken as zeros
     "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
     "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # an uneven cut, no ValueError
@@ -605,7 +664,7 @@ THIRD_RULE_EACH = {
     "2.5": {"test_zero1_sends_the_ring_bytes": 1},  # the weights all-reduced from zeros, not all-gathered
     "3.2": {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2},  # the inf term summed
     "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # .grad written over, not added to
-    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # no all-gather ahead in pre_backward
+    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # no all-gather ahead in before_backward
     "4.5": {"test_backward_prefetch_targets": 2},  # a unit used twice placed by its first finish
     "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # a tp-th of the bias
     "5.2": {  # g the identity forward: the partial products never summed
@@ -621,8 +680,9 @@ THIRD_RULE_EACH = {
     "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # each collective rounded, then summed
 }
 # tests/pitfalls/fourth_rule_each/: a fourth rule (the mask, the tiling, in place, the order of the
-# units, a new tensor, frozen parameters owned, the parts of a fused weight, the loss finite for large
-# logits, the running maximum detached, the inferred degree, the reshard flags), graded the same way
+# units, a new tensor, frozen parameters owned, freed before the reduce-scatter, the parts of a fused
+# weight, the loss finite for large logits, the running maximum detached, the inferred degree, the
+# reshard flags), graded the same way
 FOURTH_RULE_EACH = {
     "0.1": {"test_causal_mask_values": 2},  # shaped (1, 1, size, size)
     "0.2": {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
@@ -641,7 +701,7 @@ FOURTH_RULE_EACH = {
     "3.3": {"test_units_of_each_policy": 2},
     "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
     "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
-    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # the "forward" event written before the gather
+    "4.3": {"test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2},  # reduce-scattered, then freed
     "5.1": {"test_column_slice_keeps_each_ranks_output_features": 1},
     "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # exp(z) unshifted: inf at 3000
     "5.4": {"test_online_softmax_merges_blocks_into_one_softmax": 2},  # the maximum not detached
@@ -816,6 +876,8 @@ def test_the_catalog_matches_the_stubs_and_the_tests():
     assert set(catalog["labs"]) == set(LABS) and all(catalog["labs"][lab]["en"] == title for lab, title in LABS.items())
     assert list(catalog["exercises"]) == list(impl.EXERCISES)
     tasks = stub_tasks()
+    for question in predictions.QUESTIONS:  # a prediction's stub is None; its line is predictions.task's
+        tasks[question] = [predictions.task(question).partition(": ")[2]]
     assert set(tasks) == set(impl.EXERCISES)
     for exercise, entry in catalog["exercises"].items():
         assert sorted(t["en"] for t in entry["tasks"]) == sorted(tasks[exercise]), exercise
@@ -825,7 +887,8 @@ def test_the_catalog_matches_the_stubs_and_the_tests():
         exercises = [exercise for _, exercise, _, _ in graded_tests(lab)]
         assert None not in exercises, f"Lab {lab}: a graded test without @pytest.mark.exercise"
         assert "all" in exercises, f"Lab {lab}: no end-to-end test"
-        mine = {e for e in impl.EXERCISES if e.split(".")[0] == str(int(lab))}
+        exercises += [q for q, question in predictions.QUESTIONS.items() if question.lab == lab]
+        mine = {e for e in impl.EXERCISES if impl.lab_of(e) == lab}
         assert set(exercises) == mine | {"all"}, f"Lab {lab}: exercises without tests or tests without exercises"
 
 

@@ -192,7 +192,7 @@ def test_unit_parameters_frozen_owned_and_every_slot_named(lab04, minigpt):
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 4.3: the four hooks
+# Exercise 4.3: the four moves (the scaffold's hooks run them)
 
 
 @pytest.mark.exercise("4.3")
@@ -201,9 +201,9 @@ def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
     for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
         for step, numbers in enumerate(result["steps"]):
             assert not numbers["differ"], say(
-                f"rank {rank}, step {step}: with your hooks the shards' gradients of {short(numbers['differ'])} differ "
+                f"rank {rank}, step {step}: with your unit the shards' gradients of {short(numbers['differ'])} differ "
                 "from the reference FSDP's on the same batch (expected: the same bits)",
-                f"rank {rank}, paso {step}: con tus hooks los gradientes de los fragmentos de "
+                f"rank {rank}, paso {step}: con tu unidad los gradientes de los fragmentos de "
                 f"{short(numbers['differ'])} difieren de los del FSDP de referencia con el mismo lote (se esperan los "
                 "mismos bits)",
             )
@@ -212,33 +212,32 @@ def test_hooks_gradients_equal_the_reference_fsdp(fsdp_scratch):
             times = numbers["reduce_scatters"].get("twice", 0)
             assert times == 1, say(
                 f"rank {rank}, step {step}: the unit 'twice', called twice in one forward, reduce-scattered its "
-                f"gradients {times} time(s) in one backward: expected once, after the backward of its last use (one "
-                "use less per post_backward: free and reduce when none remains)",
+                f"gradients {times} time(s) in one backward: expected once, in after_backward (which the scaffold "
+                "calls once, after the backward of the unit's last use); no other move reduces",
                 f"rank {rank}, paso {step}: la unidad 'twice', llamada dos veces en una pasada hacia delante, hizo "
-                f"reduce-scatter de sus gradientes {times} vez/veces en una pasada hacia atrás: se espera una, tras la "
-                "pasada hacia atrás de su último uso (un uso menos en cada post_backward: liberar y reducir cuando no "
-                "quede ninguno)",
+                f"reduce-scatter de sus gradientes {times} vez/veces en una pasada hacia atrás: se espera una, en "
+                "after_backward (que el andamiaje llama una sola vez, tras la pasada hacia atrás del último uso de la "
+                "unidad); ningún otro movimiento reduce",
             )
             gathers, expected = numbers["all_gathers"].get("twice", 0), numbers["reference_all_gathers"].get("twice")
             assert gathers == expected, say(
                 f"rank {rank}, step {step}: the unit 'twice', called twice in one forward, was all-gathered {gathers} "
                 f"time(s) in one step, the reference FSDP {expected}: "
                 + (
-                    "a unit used twice stays whole until the backward of its last use (one use less per "
-                    "post_backward; free it when none remains), or it is freed after its first backward and gathered "
-                    "again for the other"
+                    "a unit is gathered in before_forward and before_backward only where it was freed: one freed "
+                    "where it must stay whole (between before_backward and after_backward) is gathered once more"
                     if gathers > expected
-                    else "a unit is freed after each forward (reshard) and gathered again for its backward"
+                    else "a unit is freed after each forward (after_forward) and gathered again for its backward "
+                    "(before_backward)"
                 ),
                 f"rank {rank}, paso {step}: la unidad 'twice', llamada dos veces en una pasada hacia delante, se reunió "
                 f"(all-gather) {gathers} vez/veces en un paso, el FSDP de referencia {expected}: "
                 + (
-                    "una unidad usada dos veces sigue entera hasta la pasada hacia atrás de su último uso (un uso menos "
-                    "en cada post_backward; libérala cuando no quede ninguno), o se libera tras su primera pasada hacia "
-                    "atrás y se vuelve a reunir para la otra"
+                    "una unidad se reúne en before_forward y before_backward solo donde se liberó: una liberada donde "
+                    "debe seguir entera (entre before_backward y after_backward) se reúne una vez más"
                     if gathers > expected
-                    else "una unidad se libera tras cada pasada hacia delante (reshard) y se vuelve a reunir para su "
-                    "pasada hacia atrás"
+                    else "una unidad se libera tras cada pasada hacia delante (after_forward) y se vuelve a reunir para "
+                    "su pasada hacia atrás (before_backward)"
                 ),
             )
             assert not numbers["differ"], say(
@@ -289,20 +288,80 @@ def test_hooks_follow_fsdp2_order(fsdp_scratch):
     for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
         ours = [e for e in result["schedule"] if not e.startswith("free ")]
         assert ours == fsdp2_order(), say(
-            f"rank {rank}: your hooks' schedule differs from FSDP2's ",
-            f"rank {rank}: el orden de tus hooks difiere del de FSDP2 ",
+            f"rank {rank}: your unit's schedule differs from FSDP2's ",
+            f"rank {rank}: el orden de tu unidad difiere del de FSDP2 ",
         ) + first_difference(ours, fsdp2_order())
     for rank, result in enumerate(both(fsdp_scratch, "hooks_prefetch@4.3")):
         assert result["checked"] > 0 and not result["late"], say(
             f"rank {rank}: with an explicit forward prefetch (each block's forward_prefetch is the next block), "
-            f"pre_forward returned with these gathers not in flight: {short(result['late'])} ({result['checked']} "
-            "checked): start the gather of each unit of self.forward_prefetch with unshard(async_op=True), and do not "
-            "wait for it",
+            f"before_forward returned with these gathers not in flight: {short(result['late'])} ({result['checked']} "
+            "checked): each unit of self.forward_prefetch must have its all-gather issued and not waited for (it "
+            "travels while this unit computes)",
             f"rank {rank}: con una precarga explícita en la pasada hacia delante (el forward_prefetch de cada bloque es "
-            f"el bloque siguiente), pre_forward terminó sin estos all-gather en curso: {short(result['late'])} "
-            f"({result['checked']} comprobados): empieza el all-gather de cada unidad de self.forward_prefetch con "
-            "unshard(async_op=True), sin esperarlo",
+            f"el bloque siguiente), before_forward terminó sin estos all-gather en curso: {short(result['late'])} "
+            f"({result['checked']} comprobados): cada unidad de self.forward_prefetch debe tener su all-gather lanzado "
+            "y sin esperar (viaja mientras esta unidad calcula)",
         )
+
+
+def backward_peak_problem(rank: int, step: int, numbers: dict) -> str:
+    """Why backward held more than the reference FSDP: the first unit found still whole where it need
+    not be, named with the unit whose backward was starting."""
+    head = say(
+        f"rank {rank}, step {step}: backward held up to {numbers['backward_peak']:,} bytes of parameters and "
+        f"gradients, the reference FSDP {numbers['reference_backward_peak']:,} on the same batch: ",
+        f"rank {rank}, paso {step}: la pasada hacia atrás llegó a tener {numbers['backward_peak']:,} bytes de "
+        f"parámetros y gradientes, el FSDP de referencia {numbers['reference_backward_peak']:,} con el mismo lote: ",
+    )
+    if numbers["kept"]:
+        unit, starting = numbers["kept"][0]
+        return head + say(
+            f"{unit} still held its gathered parameters when {starting}'s backward started (after_backward of {unit} "
+            "returned without freeing them): free a unit after its last backward, nothing reads its parameters again "
+            "in this step",
+            f"{unit} aún tenía sus parámetros reunidos cuando empezó la pasada hacia atrás de {starting} "
+            f"(after_backward de {unit} terminó sin liberarlos): libera una unidad tras su última pasada hacia atrás, "
+            "nadie vuelve a leer sus parámetros en este paso",
+        )
+    if numbers["reduced_whole"]:
+        unit = numbers["reduced_whole"][0]
+        return head + say(
+            f"{unit} began its reduce-scatter with its gathered parameters still held, and freed them after the "
+            "reduce-scatter: free first, then reduce-scatter, so that the reduce-scatter's buffer takes the "
+            "parameters' place instead of joining them",
+            f"{unit} empezó su reduce-scatter con sus parámetros reunidos aún en memoria y los liberó después del "
+            "reduce-scatter: libera primero y haz luego el reduce-scatter, para que el búfer del reduce-scatter ocupe "
+            "el lugar de los parámetros en vez de sumarse a ellos",
+        )
+    if numbers["from_forward"]:
+        unit, starting = numbers["from_forward"][0]
+        return head + say(
+            f"{unit} was still whole from its forward when {starting}'s backward started: free a unit after its "
+            "forward (after_forward), not only after its backward",
+            f"{unit} seguía entera desde su pasada hacia delante cuando empezó la pasada hacia atrás de {starting}: "
+            "libera una unidad tras su pasada hacia delante (after_forward), no solo tras la de atrás",
+        )
+    return head + say(
+        "more units were whole at once than FSDP needs (a unit is whole only from before_forward to after_forward "
+        "and from before_backward to after_backward)",
+        "hubo más unidades enteras a la vez de las que FSDP necesita (una unidad solo está entera desde "
+        "before_forward hasta after_forward y desde before_backward hasta after_backward)",
+    )
+
+
+@pytest.mark.exercise("4.3")
+@pytest.mark.points(2)
+def test_hooks_hold_no_more_in_backward_than_the_reference_fsdp(fsdp_scratch):
+    """Backward's peak of bytes held (parameters and gradients, every unit counted from its storages,
+    a reduce-scatter's buffer while it runs), with your unit and with the reference's on the same
+    model and batch: yours is at most the reference's. A unit kept whole after its last backward, or
+    freed only after its reduce-scatter, holds one unit's parameters more. (A unit that prefetches
+    nothing in backward holds less: the order test charges that.)"""
+    for rank, result in enumerate(both(fsdp_scratch, "hooks@4.3")):
+        for step, numbers in enumerate(result["steps"]):
+            assert numbers["backward_peak"] <= numbers["reference_backward_peak"], backward_peak_problem(
+                rank, step, numbers
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,13 +377,26 @@ def test_reduce_gradients_is_the_mean_over_ranks_with_padding(fsdp_scratch):
             f"rank {rank}: los fragmentos de {result['missing']} no recibieron gradiente",
         )
         wrong = {n: e for n, e in result["errors"].items() if not e <= 1e-6}
-        assert not wrong, say(
-            f"rank {rank}: the shards' gradients differ from the rows of the mean over the ranks of the full "
-            f"gradients computed in one process by {short(wrong)} (expected <= 1e-6; the embedding has 609 rows, "
-            "610 with padding)",
-            f"rank {rank}: los gradientes de los fragmentos difieren de las filas de la media sobre los ranks de los "
-            f"gradientes completos calculados en un proceso en {short(wrong)} (se espera <= 1e-6; el embedding tiene "
-            "609 filas, 610 con relleno)",
+        symptom = (
+            say(
+                "; every gradient is exactly twice the mean: summed, not averaged (divide the reduce-scatter's sum "
+                "by the world size)",
+                "; cada gradiente es exactamente el doble de la media: sumado, no promediado (divide la suma del "
+                "reduce-scatter entre el tamaño del mundo)",
+            )
+            if result["summed_not_averaged"]
+            else ""
+        )
+        assert not wrong, (
+            say(
+                f"rank {rank}: the shards' gradients differ from the rows of the mean over the ranks of the full "
+                f"gradients computed in one process by {short(wrong)} (expected <= 1e-6; the embedding has 609 "
+                "rows, 610 with padding)",
+                f"rank {rank}: los gradientes de los fragmentos difieren de las filas de la media sobre los ranks de "
+                f"los gradientes completos calculados en un proceso en {short(wrong)} (se espera <= 1e-6; el "
+                "embedding tiene 609 filas, 610 con relleno)",
+            )
+            + symptom
         )
         assert result["padding_zero"], say(
             f"rank {rank}: a padding row of a shard got a nonzero gradient: expected 0",
@@ -348,15 +420,12 @@ def test_reduce_gradients_is_the_mean_over_ranks_with_padding(fsdp_scratch):
 
 def reduction_is_right(reduction: dict) -> bool:
     """One reduce_gradients: nothing at all when no parameter had a gradient, else one reduce-scatter
-    of the expected buffer, announced first with record_collective."""
+    of the expected buffer."""
     n, calls = reduction["expected"], [(name, numels) for name, numels in reduction["calls"]]
     if n == 0:
         return calls == []
     return (
-        len(calls) == 2
-        and calls[0] == ("record_collective reduce-scatter", [n])
-        and calls[1][0] in ("reduce_scatter_single", "reduce_scatter_tensor")
-        and calls[1][1][-1] == n
+        len(calls) == 1 and calls[0][0] in ("reduce_scatter_single", "reduce_scatter_tensor") and calls[0][1][-1] == n
     )
 
 
@@ -371,13 +440,11 @@ def reduction_problem(rank: int, reduction: dict) -> str:
             f"(congelados), llamó a {calls}: no se espera ninguna colectiva (lo mismo en cada rank)",
         )
     return say(
-        f"rank {rank}: reduce_gradients of unit {unit} called {calls}: expected "
-        f"unit.record_collective('reduce-scatter', buffer, is_async=False), then one dist.reduce_scatter_single of "
-        f"that buffer, {n} elements (only the parameters whose full.grad is not None, each padded as its shard; a "
+        f"rank {rank}: reduce_gradients of unit {unit} called {calls}: expected one dist.reduce_scatter_single of "
+        f"one buffer of {n} elements (only the parameters whose full.grad is not None, each padded as its shard; a "
         "layer unused in forward takes no part)",
-        f"rank {rank}: reduce_gradients de la unidad {unit} llamó a {calls}: se espera "
-        f"unit.record_collective('reduce-scatter', buffer, is_async=False) y luego un solo "
-        f"dist.reduce_scatter_single de ese búfer, {n} elementos (solo los parámetros cuyo full.grad no es None, "
+        f"rank {rank}: reduce_gradients de la unidad {unit} llamó a {calls}: se espera un solo "
+        f"dist.reduce_scatter_single de un búfer de {n} elementos (solo los parámetros cuyo full.grad no es None, "
         "cada uno rellenado como su fragmento; una capa no usada en la pasada hacia delante no participa)",
     )
 
@@ -403,6 +470,54 @@ def test_global_grad_norm_is_the_norm_of_the_whole_gradient(fsdp_scratch):
             "parámetro a parámetro (un número por rank suma en otro orden: igual sobre el papel, pero ya no es la "
             "norma de FSDP2 bit a bit)",
         )
+
+
+def norm_bits_problem(rank: int, step: int, numbers: dict) -> str:
+    """Why the learner's norm is not FSDP2's to the bit: no all-reduce, another all-reduce, or the
+    right all-reduce combined in another order."""
+    got, want, n, calls = numbers["got"], numbers["want"], numbers["parameters"], numbers["all_reduces"]
+    where = say(
+        f"rank {rank}: on MiniGPT's gradients of batch {step} global_grad_norm returned {got!r}, FSDP2's norm is "
+        f"{want!r}: ",
+        f"rank {rank}: con los gradientes de MiniGPT del lote {step} global_grad_norm devolvió {got!r}, la norma de "
+        f"FSDP2 es {want!r}: ",
+    )
+    if not calls:
+        return where + say(
+            f"it called no dist.all_reduce: the norm of this rank's pieces only, not of the whole gradient (expected "
+            f"one all-reduce of {n}, one squared piece norm per parameter, summed over the ranks)",
+            f"no llamó a dist.all_reduce: la norma solo de los trozos de este rank, no la del gradiente entero (se "
+            f"espera un solo all-reduce de {n}, el cuadrado de la norma de un trozo por parámetro, sumado entre los "
+            "ranks)",
+        )
+    if calls != [n]:
+        return where + say(
+            f"it called dist.all_reduce on {short(calls)} elements, expected one all-reduce of {n}, one squared piece "
+            "norm per parameter (one number per rank sums in another order: equal on paper, no longer FSDP2's norm "
+            "to the bit)",
+            f"llamó a dist.all_reduce con {short(calls)} elementos, se espera un solo all-reduce de {n}, el cuadrado "
+            "de la norma de un trozo por parámetro (un número por rank suma en otro orden: igual sobre el papel, pero "
+            "ya no es la norma de FSDP2 bit a bit)",
+        )
+    return where + say(
+        "the same norm on paper, another rounding: combine per parameter first, as FSDP2 does (each parameter's norm "
+        "is the square root of its squares summed over the ranks; the whole norm is the norm of those norms, not the "
+        "square root of all the squares' sum)",
+        "la misma norma sobre el papel, otro redondeo: combina primero por parámetro, como hace FSDP2 (la norma de "
+        "cada parámetro es la raíz de sus cuadrados sumados entre los ranks; la norma entera es la norma de esas "
+        "normas, no la raíz de la suma de todos los cuadrados)",
+    )
+
+
+@pytest.mark.exercise("4.4")
+@pytest.mark.points(1)
+def test_global_grad_norm_is_fsdp2s_to_the_bit(fsdp_scratch):
+    """The combination order of the stub's contract, where it matters: on MiniGPT's real gradients (4
+    batches, 2 ranks) your norm has FSDP2's bits (the reference's norm, which the lab's proofs hold to
+    ``clip_grad_norm_`` on FSDP2's sharded gradients, bit for bit)."""
+    for rank, result in enumerate(both(fsdp_scratch, "norm_bits@4.4")):
+        for step, numbers in enumerate(result["steps"]):
+            assert numbers["equal"], norm_bits_problem(rank, step, numbers)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 The pieces that need no process group (cutting a Linear, the row-parallel layer with a simulated
 sum over the ranks, the online softmax, the block mask) are tested in this process. The rest runs
-once per session in one 2-rank launch (the ``tp_scratch`` fixture of tests/ranks.py,
-tests/tp_scratch_worker.py); each test reads the scenario run for its exercise (``f@5.2``: only
-Exercise 5.2 the learner's). The course's own checks of the mechanism are in
+once per session in one launch (the ``tp_scratch`` fixture of tests/ranks.py,
+tests/tp_scratch_worker.py): tensor-parallel groups of 2 ranks, two of them side by side on 4 ranks
+when Exercise 5.2 is graded, so that f or g summing over the whole world instead of its group shows.
+Each test reads the scenario run for its exercise (``f@5.2``: only Exercise 5.2 the learner's). The course's own checks of the mechanism are in
 tests/test_lab05_reference.py.
 
     make grade EX=5.2          # or: .venv/bin/python -m minigpt.grader --exercise 5.2
@@ -187,10 +188,34 @@ def test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once(la
 # Exercise 5.2: f and g
 
 
+def every_rank(launch: Launch, name: str) -> list[dict]:
+    """Each rank's result of one of Exercise 5.2's scenarios: every rank of the launch (two
+    tensor-parallel groups on 4 ranks)."""
+    return [scenario(launch, name, r) for r in range(len(launch.results))]
+
+
+def braces(ranks: list[int]) -> str:
+    return "{" + ", ".join(str(r) for r in ranks) + "}"
+
+
+def over_the_world(result: dict, what: str, what_es: str) -> str:
+    """The likely cause when a sum covered the whole world instead of the rank's tensor-parallel
+    group: the collective ran on the default group, not on the group it was given."""
+    world, group = result["world"], braces(result["group"])
+    return say(
+        f"; {what} was summed over all {world} ranks, not over its tp group {group}: the all-reduce ran on "
+        f"the default group (the whole world), not on the group it was given; {world // 2} tp groups of 2 "
+        "ranks run side by side here, each on its own data",
+        f"; {what_es} se sumó sobre los {world} ranks, no sobre su grupo tp {group}: el all-reduce corrió en "
+        f"el grupo por defecto (el mundo entero), no en el grupo que se le dio; aquí corren {world // 2} "
+        "grupos tp de 2 ranks a la vez, cada uno con sus datos",
+    )
+
+
 @pytest.mark.exercise("5.2")
 @pytest.mark.points(2)
 def test_f_is_the_identity_forward_and_sums_the_gradients_backward(tp_scratch):
-    for rank, result in enumerate(both(tp_scratch, "f@5.2")):
+    for rank, result in enumerate(every_rank(tp_scratch, "f@5.2")):
         assert result["forward"] == 0.0 and result["forward_bytes"] == 0, say(
             f"rank {rank}: copy_to_tp's output differs from its input by {result['forward']:.3g} and sent "
             f"{result['forward_bytes']} bytes: expected the identity forward, no communication (every rank holds "
@@ -201,23 +226,29 @@ def test_f_is_the_identity_forward_and_sums_the_gradients_backward(tp_scratch):
         )
         got = "no gradient" if result["backward"] is None else f"{result['backward']:.3g}"
         own = say(" (it is this rank's own gradient: no all-reduce)", " (es el gradiente de este rank: sin all-reduce)")
+        world = over_the_world(result, "the gradient", "el gradiente") if result["backward_world"] else ""
+        group = braces(result["group"])
         assert result["backward"] is not None and result["backward"] <= TOLERANCE, say(
-            f"rank {rank}: the gradient copy_to_tp gives its input differs from the sum over the ranks of the "
-            f"incoming gradients by {got}{own if result['backward_own'] else ''}: expected their all-reduce",
-            f"rank {rank}: el gradiente que copy_to_tp da a su entrada difiere de la suma entre los ranks de los "
-            f"gradientes que llegan en {got}{own if result['backward_own'] else ''}: se espera su all-reduce",
+            f"rank {rank}: the gradient copy_to_tp gives its input differs from the sum over its tp group {group} "
+            f"of the incoming gradients by {got}{own if result['backward_own'] else ''}: expected their all-reduce "
+            f"over the group{world}",
+            f"rank {rank}: el gradiente que copy_to_tp da a su entrada difiere de la suma sobre su grupo tp {group} "
+            f"de los gradientes que llegan en {got}{own if result['backward_own'] else ''}: se espera su all-reduce "
+            f"sobre el grupo{world}",
         )
 
 
 @pytest.mark.exercise("5.2")
 @pytest.mark.points(2)
 def test_g_sums_forward_and_is_the_identity_backward(tp_scratch):
-    for rank, result in enumerate(both(tp_scratch, "g@5.2")):
+    for rank, result in enumerate(every_rank(tp_scratch, "g@5.2")):
+        world = over_the_world(result, "the output", "la salida") if result["forward_world"] else ""
+        group = braces(result["group"])
         assert result["forward"] <= TOLERANCE, say(
-            f"rank {rank}: reduce_from_tp's output differs from the sum over the ranks of their inputs by "
-            f"{result['forward']:.3g}: expected their all-reduce",
-            f"rank {rank}: la salida de reduce_from_tp difiere de la suma entre los ranks de sus entradas en "
-            f"{result['forward']:.3g}: se espera su all-reduce",
+            f"rank {rank}: reduce_from_tp's output differs from the sum over its tp group {group} of their inputs by "
+            f"{result['forward']:.3g}: expected their all-reduce over the group{world}",
+            f"rank {rank}: la salida de reduce_from_tp difiere de la suma sobre su grupo tp {group} de sus entradas "
+            f"en {result['forward']:.3g}: se espera su all-reduce sobre el grupo{world}",
         )
         got = "no gradient" if result["backward"] is None else f"{result['backward']:.3g}"
         summed = say(" (it is the sum over the ranks)", " (es la suma entre los ranks)")
@@ -229,22 +260,28 @@ def test_g_sums_forward_and_is_the_identity_backward(tp_scratch):
         )
 
 
+MLP_MEASURES = ("out", "x_grad", "fc_grad", "proj_grad", "proj_bias_grad")
+
+
 @pytest.mark.exercise("5.2")
 @pytest.mark.points(1)
 def test_f_and_g_around_a_column_then_row_mlp_equal_one_process(tp_scratch):
-    for rank, result in enumerate(both(tp_scratch, "mlp@5.2")):
+    for rank, result in enumerate(every_rank(tp_scratch, "mlp@5.2")):
         wrong = {
-            k: "no gradient" if v is None else f"{v:.2e}"
-            for k, v in result.items()
-            if k != "ok" and (v is None or v > TOLERANCE)
+            k: "no gradient" if result[k] is None else f"{result[k]:.2e}"
+            for k in MLP_MEASURES
+            if result[k] is None or result[k] > TOLERANCE
         }
+        world = over_the_world(result, "the input's gradient", "el gradiente de la entrada")
+        world = world if result["x_grad_world"] else ""
+        group = braces(result["group"])
         assert not wrong, say(
-            f"rank {rank}: a column-parallel Linear, GELU and a row-parallel Linear on 2 ranks, with your f and g, "
-            f"differ from the same MLP in one process: {short(wrong)} (largest differences of the output and of "
-            "the gradients; expected <= 1e-12 in float64)",
-            f"rank {rank}: un Linear por columnas, GELU y un Linear por filas en 2 ranks, con tus f y g, difieren "
-            f"del mismo MLP en un proceso: {short(wrong)} (mayores diferencias de la salida y de los gradientes; se "
-            "espera <= 1e-12 en float64)",
+            f"rank {rank}: a column-parallel Linear, GELU and a row-parallel Linear on the tp group {group}, with "
+            f"your f and g, differ from the same MLP in one process: {short(wrong)} (largest differences of the "
+            f"output and of the gradients; expected <= 1e-12 in float64){world}",
+            f"rank {rank}: un Linear por columnas, GELU y un Linear por filas en el grupo tp {group}, con tus f y g, "
+            f"difieren del mismo MLP en un proceso: {short(wrong)} (mayores diferencias de la salida y de los "
+            f"gradientes; se espera <= 1e-12 en float64){world}",
         )
 
 

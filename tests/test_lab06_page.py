@@ -183,8 +183,26 @@ def test_the_page_shows_the_tables_and_the_theory_links_it(lang):
 
 
 @pytest.mark.parametrize("lang", PAGES)
+def test_the_degrees_table_is_what_resolve_hsdp_gives(lang):
+    """Section 2's degrees come before the exercises, so the page shows calls and what they give, not
+    code that imports the reference: each row is what the reference's ``resolve_hsdp`` returns, or the
+    error it raises, word for word."""
+    from minigpt.parallel.mesh import resolve_hsdp
+
+    text = PAGES[lang].read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(resolve_hsdp\([^`]*\))` \| `([^`]*)` \|$", text, re.M)
+    assert len(rows) == 3, rows
+    for call, shown in rows:
+        try:
+            got = repr(eval(call, {"resolve_hsdp": resolve_hsdp}))
+        except ValueError as exc:
+            got = f"ValueError: {exc}"
+        assert got == shown, (call, got)
+
+
+@pytest.mark.parametrize("lang", PAGES)
 def test_the_page_snippets_print_what_they_say(lang):
-    """Section 5's degrees: each print's trailing comment is its output."""
+    """Section 6's other launchers: each print's trailing comment is its output."""
     blocks = re.findall(r"^```python\n(.*?)^```", PAGES[lang].read_text(encoding="utf-8"), re.M | re.S)
     assert blocks
     for code in blocks:

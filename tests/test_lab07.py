@@ -41,6 +41,97 @@ def as_tuples(groups) -> list[tuple[int, ...]]:
     return [tuple(int(r) for r in g) for g in groups]
 
 
+def coordinates(degrees: dict[str, int], rank: int) -> dict[str, int]:
+    """A rank's coordinates: its row-major index in the grid of the degrees, in DIMS order."""
+    place = np.unravel_index(rank, [degrees[d] for d in DIMS])
+    return {d: int(i) for d, i in zip(DIMS, place)}
+
+
+def at(degrees: dict[str, int], rank: int) -> str:
+    """``rank 5 = (dp_replicate 1, dp_shard 0, cp 0, tp 1)``."""
+    where = coordinates(degrees, rank)
+    return f"rank {rank} = (" + ", ".join(f"{d} {where[d]}" for d in DIMS) + ")"
+
+
+def mesh_name(degrees: dict[str, int]) -> str:
+    return " x ".join(str(degrees[d]) for d in DIMS)
+
+
+def varies_fastest(lab07, degrees: dict[str, int]) -> str | None:
+    """The dimension along which the learner's groups put ranks 0 and 1 together: the one their
+    layout varies fastest (None when no dimension does, or a call fails)."""
+    for dim in DIMS:
+        if degrees[dim] == 1:
+            continue
+        try:
+            groups = as_tuples(lab07.mesh_groups(dict(degrees), dim))
+        except Exception:  # noqa: BLE001 - a clue for the message, not a test of its own
+            return None
+        if any(0 in g and 1 in g for g in groups):
+            return dim
+    return None
+
+
+def layout_problem(lab07, degrees: dict[str, int], dims, got: list[tuple[int, ...]], want: list[tuple[int, ...]]):
+    """Why the learner's groups along ``dims`` are not the mesh's: a rank and the rank it was grouped
+    with, with their coordinates, and which dimension the learner's layout varies fastest, in both
+    languages (english, spanish)."""
+    named = (dims,) if isinstance(dims, str) else tuple(dims)
+    along = " x ".join(named)
+    mine = {r: g for g in got for r in g}
+    theirs = {r: g for g in want for r in g}
+    rank = next((r for r in sorted(theirs) if mine.get(r) != theirs[r]), None)
+    if rank is None:
+        return (f"{short(got, 160)}, expected {short(want, 160)}",) * 2
+    head = (
+        f"your {along} group of rank {rank} is {mine.get(rank, 'missing')}, expected {theirs[rank]}",
+        f"tu grupo {along} del rank {rank} es {mine.get(rank, 'inexistente')}, se espera {theirs[rank]}",
+    )
+    if rank in mine and set(mine[rank]) == set(theirs[rank]):
+        order = " (" + ", ".join(d for d in DIMS if d in named) + ")"
+        return (
+            f"{head[0]}: the same ranks, in another order; a flattened group's ranks come in the mesh's order"
+            f"{order}, whatever order the names come in",
+            f"{head[1]}: los mismos ranks, en otro orden; los ranks de un grupo aplanado van en el orden de la malla"
+            f"{order}, sea cual sea el orden de los nombres",
+        )
+    stranger = next((r for r in mine.get(rank, ()) if r not in theirs[rank]), None)
+    if stranger is None:
+        stranger = next(r for r in theirs[rank] if r not in mine.get(rank, ()))
+        pair = (f"; {at(degrees, stranger)} is missing from it", f"; falta {at(degrees, stranger)}")
+    else:
+        apart = [d for d in DIMS if coordinates(degrees, rank)[d] != coordinates(degrees, stranger)[d]]
+        pair = (
+            f": it holds {at(degrees, stranger)}, which differs from {at(degrees, rank)} in {', '.join(apart)}, "
+            f"not only in {along}",
+            f": contiene el {at(degrees, stranger)}, que difiere del {at(degrees, rank)} en {', '.join(apart)}, "
+            f"no solo en {along}",
+        )
+    english, spanish = head[0] + pair[0], head[1] + pair[1]
+    fastest = next(d for d in reversed(DIMS) if degrees[d] > 1)
+    yours = varies_fastest(lab07, degrees)
+    if yours is not None and yours != fastest:
+        english += (
+            f"; expected {fastest} to vary fastest (row-major in the order {', '.join(DIMS)}); yours varies "
+            f"{yours} fastest"
+        )
+        spanish += (
+            f"; se espera que {fastest} varíe más deprisa (por filas en el orden {', '.join(DIMS)}); en tu "
+            f"disposición varía más deprisa {yours}"
+        )
+    return english, spanish
+
+
+def check_groups(lab07, degrees: dict[str, int], dims, want: list[tuple[int, ...]]) -> None:
+    got = as_tuples(lab07.mesh_groups(dict(degrees), dims))
+    if got == want:
+        return
+    english, spanish = layout_problem(lab07, degrees, dims, got, want)
+    where = f"{mesh_name(degrees)}, {dims}" + (f" (degrees {degrees})" if list(degrees) != list(DIMS) else "")
+    where_es = f"{mesh_name(degrees)}, {dims}" + (f" (grados {degrees})" if list(degrees) != list(DIMS) else "")
+    raise AssertionError(say(f"{where}: {english}", f"{where_es}: {spanish}"))
+
+
 # ----------------------------------------------------------------------------------------------
 # Exercise 7.1: the groups of each dimension
 
@@ -57,8 +148,7 @@ def test_mesh_groups_of_the_labs_two_layouts(lab07):
         "dp_replicate": [(0, 4), (1, 5), (2, 6), (3, 7)],
     }
     for dim, want in expected.items():
-        got = as_tuples(lab07.mesh_groups(dict(HSDP_TP), dim))
-        assert got == want, f"2 x 2 x 1 x 2, {dim}: mesh_groups returned {short(got, 200)}, expected {want}"
+        check_groups(lab07, HSDP_TP, dim, want)
     expected = {
         "tp": [(0, 1), (2, 3), (4, 5), (6, 7)],
         "cp": [(0, 2), (1, 3), (4, 6), (5, 7)],
@@ -66,8 +156,7 @@ def test_mesh_groups_of_the_labs_two_layouts(lab07):
         "dp_replicate": [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,)],
     }
     for dim, want in expected.items():
-        got = as_tuples(lab07.mesh_groups(dict(FSDP_CP_TP), dim))
-        assert got == want, f"1 x 2 x 2 x 2, {dim}: mesh_groups returned {short(got, 200)}, expected {want}"
+        check_groups(lab07, FSDP_CP_TP, dim, want)
 
 
 @pytest.mark.exercise("7.1")
@@ -83,14 +172,7 @@ def test_mesh_groups_follow_the_mesh_order_whatever_the_dicts_order(lab07):
     ]
     for degrees in meshes:
         for dim in DIMS:
-            got = as_tuples(lab07.mesh_groups(dict(degrees), dim))
-            want = oracle_groups(degrees, (dim,))
-            assert got == want, say(
-                f"degrees {degrees}, {dim}: mesh_groups returned {short(got, 160)}, expected {short(want, 160)} "
-                "(the mesh's order is dp_replicate, dp_shard, cp, tp, whatever the dict's order)",
-                f"grados {degrees}, {dim}: mesh_groups devolvió {short(got, 160)}, se espera {short(want, 160)} "
-                "(el orden de la malla es dp_replicate, dp_shard, cp, tp, sea cual sea el del diccionario)",
-            )
+            check_groups(lab07, degrees, dim, oracle_groups(degrees, (dim,)))
 
 
 @pytest.mark.exercise("7.1")
@@ -99,15 +181,10 @@ def test_mesh_groups_flatten_several_dimensions_in_the_mesh_order(lab07):
     """FSDP's group in the second layout is ``dp_shard x cp`` flattened: named in either order, its
     ranks come in the mesh's row-major order (dp_shard, then cp)."""
     for dims in (("dp_shard", "cp"), ("cp", "dp_shard")):
-        got = as_tuples(lab07.mesh_groups(dict(FSDP_CP_TP), dims))
-        assert got == [(0, 2, 4, 6), (1, 3, 5, 7)], (
-            f"1 x 2 x 2 x 2, {dims}: {got}, expected [(0, 2, 4, 6), (1, 3, 5, 7)]"
-        )
+        check_groups(lab07, FSDP_CP_TP, dims, [(0, 2, 4, 6), (1, 3, 5, 7)])
     degrees = {"dp_replicate": 2, "dp_shard": 3, "cp": 2, "tp": 2}
     for dims in (("tp", "dp_replicate"), ("dp_shard", "cp", "tp"), ("cp", "dp_replicate", "dp_shard")):
-        got = as_tuples(lab07.mesh_groups(dict(degrees), dims))
-        want = oracle_groups(degrees, dims)
-        assert got == want, f"degrees {degrees}, {dims}: {short(got, 160)}, expected {short(want, 160)}"
+        check_groups(lab07, degrees, dims, oracle_groups(degrees, dims))
 
 
 @pytest.mark.exercise("7.1")
@@ -137,9 +214,8 @@ def test_batch_plan_gives_data_parallel_ranks_their_own_rows_and_tp_cp_ranks_the
     want = {0: (0, 16), 1: (0, 16), 2: (16, 32), 3: (16, 32), 4: (32, 48), 5: (32, 48), 6: (48, 64), 7: (48, 64)}
     for rank, (start, stop) in want.items():
         rows, _ = lab07.batch_plan(dict(HSDP_TP), rank, 64, 32)
-        assert isinstance(rows, range) and rows == range(start, stop), say(
-            f"2 x 2 x 1 x 2, rank {rank}, a batch of 64: rows {rows!r}, expected range({start}, {stop})",
-            f"2 x 2 x 1 x 2, rank {rank}, un lote de 64: filas {rows!r}, se espera range({start}, {stop})",
+        assert isinstance(rows, range) and rows == range(start, stop), rows_problem(
+            lab07, HSDP_TP, rank, 64, rows, range(start, stop)
         )
     # any mesh: the data-parallel index is the rank's place among dp_replicate x dp_shard (numpy)
     for degrees in (
@@ -154,12 +230,77 @@ def test_batch_plan_gives_data_parallel_ranks_their_own_rows_and_tp_cp_ranks_the
             rep, shard, _, _ = np.unravel_index(rank, shape)
             i = int(rep) * degrees["dp_shard"] + int(shard)
             rows, _ = lab07.batch_plan(dict(degrees), rank, batch, 32)
-            assert rows == range(12 * i, 12 * (i + 1)), say(
-                f"degrees {degrees}, rank {rank}, a batch of {batch}: rows {rows!r}, expected range({12 * i}, "
-                f"{12 * (i + 1)}) (ranks of one TP or CP group share their rows)",
-                f"grados {degrees}, rank {rank}, un lote de {batch}: filas {rows!r}, se espera range({12 * i}, "
-                f"{12 * (i + 1)}) (los ranks de un grupo TP o CP comparten sus filas)",
+            assert rows == range(12 * i, 12 * (i + 1)), rows_problem(
+                lab07, degrees, rank, batch, rows, range(12 * i, 12 * (i + 1))
             )
+
+
+def rows_problem(lab07, degrees: dict[str, int], rank: int, batch: int, rows, want: range) -> str:
+    """A rank given the wrong rows: its coordinates, its data-parallel index, and a rank that differs
+    from it only in cp or tp (which must share its rows) when there is one."""
+    where = coordinates(degrees, rank)
+    index = where["dp_replicate"] * degrees["dp_shard"] + where["dp_shard"]
+    dp = degrees["dp_replicate"] * degrees["dp_shard"]
+    mates = [
+        r
+        for r in range(int(np.prod([degrees[d] for d in DIMS])))
+        if r != rank and all(coordinates(degrees, r)[d] == where[d] for d in ("dp_replicate", "dp_shard"))
+    ]
+    english = (
+        f"{mesh_name(degrees)}, {at(degrees, rank)}, a batch of {batch}: rows {rows!r}, expected {want!r}: its "
+        f"data-parallel index is {index} of {dp} (its dp_replicate coordinate {where['dp_replicate']} times the "
+        f"dp_shard degree {degrees['dp_shard']}, plus its dp_shard coordinate {where['dp_shard']})"
+    )
+    spanish = (
+        f"{mesh_name(degrees)}, {at(degrees, rank)}, un lote de {batch}: filas {rows!r}, se espera {want!r}: su "
+        f"índice de datos paralelos es {index} de {dp} (su coordenada dp_replicate {where['dp_replicate']} por el "
+        f"grado dp_shard {degrees['dp_shard']}, más su coordenada dp_shard {where['dp_shard']})"
+    )
+    if mates:
+        try:
+            theirs = lab07.batch_plan(dict(degrees), mates[0], batch, 32)[0]
+        except Exception:  # noqa: BLE001 - a clue for the message only
+            theirs = None
+        english += (
+            f"; {at(degrees, mates[0])} differs from it only in cp or tp and must share its rows (yours gives it "
+            f"{theirs!r})"
+        )
+        spanish += (
+            f"; el {at(degrees, mates[0])} solo difiere de él en cp o tp y debe compartir sus filas (tu código le "
+            f"da {theirs!r})"
+        )
+    return say(english, spanish)
+
+
+def pairs_problem(lab07, degrees: dict[str, int], got: dict[int, tuple], want: dict[int, tuple]) -> str:
+    """The chunks every rank got against the balanced pairs, with the first wrong rank's coordinates,
+    and a likely cause when the pairs follow ``rank % cp`` instead of the cp coordinate."""
+    cp = degrees["cp"]
+    rank = next(r for r in sorted(want) if tuple(got[r]) != want[r])
+    c = coordinates(degrees, rank)["cp"]
+    mine = " ".join(f"{r}:{tuple(got[r])}" for r in sorted(got))
+    pairs = ", ".join(f"cp {k}: ({k}, {2 * cp - 1 - k})" for k in range(cp))
+    english = (
+        f"{mesh_name(degrees)}, {at(degrees, rank)}: chunks {tuple(got[rank])}, expected {want[rank]}, the pair of "
+        f"its cp coordinate {c}: one early chunk and its mirror from the end of the {2 * cp} chunks. Chunks by "
+        f"rank, yours: {mine}; the balanced pairs: {pairs}"
+    )
+    spanish = (
+        f"{mesh_name(degrees)}, {at(degrees, rank)}: trozos {tuple(got[rank])}, se espera {want[rank]}, el par de su "
+        f"coordenada cp {c}: un trozo temprano y su espejo desde el final de los {2 * cp} trozos. Trozos por rank, "
+        f"los tuyos: {mine}; los pares equilibrados: {pairs}"
+    )
+    by_rank = all(tuple(got[r]) == (r % cp, 2 * cp - 1 - r % cp) for r in got)
+    if by_rank and cp > 1 and degrees["tp"] > 1:
+        english += (
+            f"; yours picks the pair of rank % cp, not of the rank's cp coordinate: tp varies faster than cp, so "
+            f"the {degrees['tp']} ranks of a TP group share one cp coordinate"
+        )
+        spanish += (
+            f"; tu código elige el par de rank % cp, no el de la coordenada cp del rank: tp varía más deprisa que cp, "
+            f"así que los {degrees['tp']} ranks de un grupo TP comparten una coordenada cp"
+        )
+    return say(english, spanish)
 
 
 @pytest.mark.exercise("7.2")
@@ -169,14 +310,11 @@ def test_batch_plan_token_chunks_balance_the_causal_work(lab07):
     cases.append(({"dp_replicate": 1, "dp_shard": 1, "cp": 4, "tp": 1}, {0: (0, 7), 1: (1, 6), 2: (2, 5), 3: (3, 4)}))
     cases.append((HSDP_TP, {r: (0, 1) for r in range(8)}))  # cp 1: the row's two halves, both held
     for degrees, want in cases:
-        for rank, chunks in want.items():
-            _, got = lab07.batch_plan(dict(degrees), rank, 16, 32)
-            assert tuple(got) == chunks, say(
-                f"cp {degrees['cp']}, rank {rank}: chunks {got!r}, expected {chunks} (one early chunk and its mirror "
-                "from the end)",
-                f"cp {degrees['cp']}, rank {rank}: trozos {got!r}, se espera {chunks} (un trozo temprano y su espejo "
-                "desde el final)",
-            )
+        world = int(np.prod([degrees[d] for d in DIMS]))
+        got = {rank: lab07.batch_plan(dict(degrees), rank, 16, 32)[1] for rank in range(world)}
+        assert all(tuple(got[rank]) == chunks for rank, chunks in want.items()), pairs_problem(
+            lab07, degrees, got, want
+        )
     # why: under a causal mask, token t attends to t + 1 keys; each CP rank must get the same work
     cp, seq = 4, 64
     degrees = {"dp_replicate": 1, "dp_shard": 1, "cp": cp, "tp": 1}

@@ -142,3 +142,51 @@ def test_every_make_target_named_has_a_rule():
     ruled = set(re.findall(r"^([\w-]+):(?!=)", text, flags=re.M))
     assert advertised <= phony, f"make help names targets that .PHONY does not: {sorted(advertised - phony)}"
     assert phony <= ruled, f"the Makefile names targets with no rule: {sorted(phony - ruled)}"
+
+
+def package_imports() -> dict[str, set[str]]:
+    """module -> the package's modules it imports, at the top or inside a function (``from pkg import sub``
+    is an import of the submodule ``pkg.sub``, not of the package's ``__init__``)."""
+    names = {}
+    for path in MODULES:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in names.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package
+                    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in names:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_circle_in_the_package():
+    """No module of the package imports, directly or through others, a module that imports it back: not at
+    the top, not inside a function (an import inside a function hides a circle; it does not remove it)."""
+    graph = package_imports()
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for dep in graph[node]:
+                if dep == start:
+                    circles.append(" -> ".join(path + [start]))
+                elif dep not in seen:
+                    seen.add(dep)
+                    stack.append((dep, path + [dep]))
+    assert circles == [], "import circles:\n" + "\n".join(sorted(set(circles))[:10])

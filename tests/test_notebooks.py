@@ -9,15 +9,21 @@ What is checked:
 * every exercise of the lab (every ``Exercise N.M`` its stubs in ``lab/exercises/`` raise) has a
   "your turn" cell, then a cell that grades it, and the first code cell runs the learner's code
   unless ``MINIGPT_IMPL`` says otherwise;
+* every prediction of the lab (``PN.M``, minigpt/predictions.py) has a cell that asks its question
+  and passes the learner's answer to ``predict``, then a cell that grades it, right after the first
+  code cell: the learner predicts before anything runs;
 * every English notebook runs top to bottom in a fresh kernel with the reference written into the
   exercise files (every exercise at full marks), and every Spanish twin with the untouched stubs (every
   exercise at 0, every "your turn" cell says in one line, in Spanish, that its exercise is not written
-  yet, no traceback anywhere). The twins' code is the same (checked above), so each path runs once.
+  yet, no traceback anywhere; a prediction's grade cell shows its explanation, "why", with the
+  reference and says in Spanish that it is not written yet with the stubs). The twins' code is the
+  same (checked above), so each path runs once.
   Each lab is graded once per implementation in the whole suite (tests/grading.py: the grader's
   proofs); the grade cells show those results exercise by exercise (``MINIGPT_GRADES``).
 
-The notebooks mark their cells with tags (cell metadata): ``your-turn`` or ``grade``, and
-``exercise-N.M``. Their last code cell prints one line per graded exercise: ``  N.M  earned/total``.
+The notebooks mark their cells with tags (cell metadata): ``your-turn``, ``prediction`` (a prediction's
+question) or ``grade``, and ``exercise-N.M`` (``exercise-PN.M`` for a prediction). Their last code cell
+prints one line per graded exercise or prediction: ``  N.M  earned/total``, ``  PN.M  earned/total``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from minigpt import grader, hints, impl
+from minigpt import grader, hints, impl, predictions
 from tests import background, grading, launcher
 from tests.limits import limit
 
@@ -54,7 +60,9 @@ SECONDS = {
     "00-minigpt-baseline.ipynb": 12,
     "05-tensor-and-context-parallel.es.ipynb": 9,
 }
-SCORE_LINE = re.compile(r"^\s+(\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
+SCORE_LINE = re.compile(r"^\s+(P?\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
+# a prediction's section opens with this heading (minigpt/predictions.py: "Predict, then run")
+PREDICT_HEADING = {"en": "## Predict, then run", "es": "## Predice y luego ejecuta"}
 
 
 def spanish(path: Path) -> Path:
@@ -66,7 +74,8 @@ def read(path: Path) -> nbformat.NotebookNode:
 
 
 def ordered(exercises) -> list[str]:
-    return sorted(exercises, key=lambda e: tuple(map(int, e.split("."))))
+    """Exercises by number ("1.10" after "1.9"), then predictions ("P1.1")."""
+    return sorted(exercises, key=lambda e: (e.startswith("P"), tuple(map(int, e.removeprefix("P").split(".")))))
 
 
 def exercises_of(path: Path) -> list[str]:
@@ -75,6 +84,18 @@ def exercises_of(path: Path) -> list[str]:
     for stub in impl.EXERCISES_DIR.glob(f"lab{path.name[:2]}_*.py"):
         found |= set(re.findall(r'NotImplementedError\(\s*"Exercise (\d+\.\d+):', stub.read_text(encoding="utf-8")))
     return ordered(found)
+
+
+def predictions_of(path: Path) -> list[str]:
+    """The predictions the lab's notebook asks (minigpt/predictions.py: two per lab from 01), in order."""
+    lab = path.name[:2]
+    return [q for q, question in predictions.QUESTIONS.items() if question.lab == lab]
+
+
+def graded_in(path: Path) -> list[str]:
+    """What the notebook grades, as ``ordered`` sorts it: the lab's exercises and its predictions."""
+    english = path.with_name(path.name.replace(".es.ipynb", ".ipynb"))
+    return ordered(exercises_of(english) + predictions_of(english))
 
 
 def tags(cell) -> list[str]:
@@ -158,7 +179,50 @@ def test_every_exercise_has_a_your_turn_cell_then_a_grade_cell(path):
         assert min(yours) < grades[0], f"Exercise {exercise}: the grade cell comes before the your-turn cell"
         assert f'grade("{exercise}", impl=IMPL, lang=LANG)' in notebook.cells[grades[0]].source
     named = {t.removeprefix("exercise-") for c in notebook.cells for t in tags(c) if t.startswith("exercise-")}
-    assert named <= set(exercises), f"cells tagged for exercises the stubs do not have: {named - set(exercises)}"
+    known = set(exercises) | set(predictions_of(path))
+    assert named <= known, f"cells tagged for exercises the stubs (or predictions the lab) do not have: {named - known}"
+
+
+PREDICTING = [p for p in ENGLISH if predictions_of(p)]  # Lab 00 has none
+
+
+@pytest.mark.parametrize("path", PREDICTING + [spanish(p) for p in PREDICTING], ids=lambda p: p.name)
+def test_every_prediction_is_asked_then_graded_first(path):
+    """Predict, then run: right after the setup cell, under its heading, each prediction of the lab has a
+    cell tagged ``prediction`` that prints its question from minigpt/predictions.py (the text has one home)
+    and passes the learner's answer to ``predict`` (None as it ships: it writes nothing), then its grade
+    cell; no other code runs before them (a cell of the lab could show an answer). The twin has the
+    same cells (checked above); each is checked here for its own heading."""
+    notebook = read(path)
+    asked = predictions_of(path.with_name(path.name.replace(".es.ipynb", ".ipynb")))
+    code = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code"]
+    setup = notebook.cells[code[0]].source
+    assert re.search(r"^from minigpt import .*\bpredictions\b", setup, re.M), "the setup cell imports predictions"
+    assert "from minigpt.predictions import predict\n" in setup, "the setup cell imports predict"
+    cells = []
+    for q in asked:
+        questions, grades = tagged(notebook, "prediction", q), tagged(notebook, "grade", q)
+        assert len(questions) == 1 and len(grades) == 1, (
+            f"{q}: {len(questions)} cells tagged prediction and {len(grades)} tagged grade, not one each"
+        )
+        question, grade_cell = questions[0], grades[0]
+        source = notebook.cells[question].source
+        assert f'print(predictions.QUESTIONS["{q}"].ask[LANG])' in source, f"{q}: the question comes from the code"
+        assert re.search(rf'^predict\("{re.escape(q)}", None\)', source, re.M), f"{q}: ships unanswered"
+        assert f'GRADES["{q}"] = grade("{q}", impl=IMPL, lang=LANG)' in notebook.cells[grade_cell].source
+        cells += [question, grade_cell]
+    assert cells == code[1 : 1 + len(cells)], (
+        "the predictions' cells (question, grade, in the lab's order) are the first code cells after the setup"
+    )
+    heading = notebook.cells[cells[0] - 1]
+    lang = "es" if path.name.endswith(".es.ipynb") else "en"
+    assert heading.cell_type == "markdown" and heading.source.startswith(PREDICT_HEADING[lang]), heading.source[:80]
+    strays = [
+        tags(c)
+        for c in notebook.cells
+        if "prediction" in tags(c) and not {f"exercise-{q}" for q in asked} & set(tags(c))
+    ]
+    assert not strays, f"cells tagged prediction for no prediction of the lab: {strays}"
 
 
 # The notebooks of the labs that teach before they prove (issue 29): a hint cell per exercise, tables
@@ -317,12 +381,15 @@ def test_english_notebook_runs_top_to_bottom(path, executed):
     notebook = run(path, executed)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
-    assert ordered(found) == exercises_of(path), "one score line per exercise of the lab"
+    assert ordered(found) == graded_in(path), "one score line per exercise and prediction of the lab"
     assert all(total > 0 for _, total in found.values())
     assert all(earned == total for earned, total in found.values()), f"the reference lost points: {found}"
     your_turn = [c for c in notebook.cells if "your-turn" in tags(c)]
     silent = [c.source.splitlines()[0] for c in your_turn if NOT_WRITTEN["en"] in text(c)]
     assert not silent, f"with the reference, your-turn cells said 'not written yet': {silent}"
+    why = f"    {grader.WORDS['en']['why']}: "  # a prediction graded: its explanation (minigpt/grader.py)
+    unexplained = [q for q in predictions_of(path) if why not in text(notebook.cells[tagged(notebook, "grade", q)[0]])]
+    assert not unexplained, f"with the reference, these predictions' grade cells showed no explanation: {unexplained}"
     # the lab scripts a cell runs (on_two_ranks: "$ torchrun ... (N s, exit code K)"), each to its end
     launches = [c for c in notebook.cells if c.cell_type == "code" and "def on_two_ranks" in c.source]
     codes = [int(k) for c in launches for k in re.findall(r"\(\d+ s, exit code (\d+)\)", text(c))]
@@ -365,7 +432,13 @@ def test_spanish_notebook_runs_with_the_stubs(path, executed):
     notebook = run(path, executed)
     check_ran_cleanly(notebook, path.name)
     found = scores(notebook, path.name)
-    assert ordered(found) == exercises_of(path) and all(earned == 0 for earned, _ in found.values())
+    assert ordered(found) == graded_in(path) and all(earned == 0 for earned, _ in found.values())
+    words, unsaid = grader.WORDS["es"], {}
+    for q in predictions_of(path.with_name(path.name.replace(".es.ipynb", ".ipynb"))):
+        said = text(notebook.cells[tagged(notebook, "grade", q)[0]])  # "sin escribir todavía: Predicción P6.1: ..."
+        if words["not_written"].format(task=f"{words['prediction']} {q}: ") not in said:
+            unsaid[q] = said[-800:]
+    assert not unsaid, f"prediction grade cells that did not say, in Spanish, that it is not written yet: {unsaid}"
     quiet = {
         c.source.splitlines()[0]: text(c)[-800:]
         for c in notebook.cells

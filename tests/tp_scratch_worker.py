@@ -1,13 +1,17 @@
 """One rank of the Lab 05 test launch: ``python tests/tp_scratch_worker.py OUTDIR`` under
-RANK/WORLD_SIZE (started by tests/launcher.py through the ``tp_scratch`` fixture, 2 ranks).
+RANK/WORLD_SIZE (started by tests/launcher.py through the ``tp_scratch`` fixture: 4 ranks when
+Exercise 5.2 is graded, else 2).
 
-It runs the multi-process scenarios of tests/test_lab05.py that ``MINIGPT_SCENARIOS`` asks for (an
-exercise or "all"; every one when unset), each with only its exercise the learner's
-(``MINIGPT_EXERCISE``), and writes ``OUTDIR/rank<r>.json`` after every scenario. Every scenario
-gets its own process group with a short timeout, created up front in the same order on every rank,
-so a learner's f or g that skips a collective costs only the tests that read that scenario. Every
-rank builds the same inputs from the same seeds, so the one-process reference is computed on every
-rank.
+The world is cut into tensor-parallel groups of ``TP`` = 2 consecutive ranks, {0, 1} and {2, 3}, and
+every scenario runs on the rank's own group: a learner's f or g that talks on the default group
+instead of the group it is given sums over the whole world, which the 4-rank launch shows (Exercise
+5.2's scenarios give each group its own data). It runs the multi-process scenarios of
+tests/test_lab05.py that ``MINIGPT_SCENARIOS`` asks for (an exercise or "all"; every one when
+unset), each with only its exercise the learner's (``MINIGPT_EXERCISE``), and writes
+``OUTDIR/rank<r>.json`` after every scenario. Every scenario gets its own process groups with a short
+timeout, created up front in the same order on every rank, so a learner's f or g that skips a
+collective costs only the tests that read that scenario. Every rank builds every group's inputs from
+the same seeds, so the one-process reference is computed on every rank.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from tests.watch import collectives
 
 OUT = Path(sys.argv[1]) if __name__ == "__main__" else None
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+TP = 2  # the ranks of one tensor-parallel group: {0, 1}, and {2, 3} on 4 ranks
+TP_RANK, GROUP_INDEX = RANK % TP, RANK // TP
+MEMBERS = list(range(GROUP_INDEX * TP, (GROUP_INDEX + 1) * TP))  # this rank's group
 RESULTS: dict[str, dict] = {}
 VOCAB = 13  # the loss's vocabulary: 14 columns on 2 ranks, the last one padding
 BATCH, SEQ = 2, 16
@@ -56,54 +63,74 @@ def diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # Exercise 5.2: f and g, alone and around a column-then-row MLP
 
 
-def f_and_g_inputs() -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """The input of f (the same on every rank), each rank's incoming gradient, each rank's term of g."""
+def f_and_g_inputs() -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """Every group's input of f (the same on the ranks of a group, another in each group), and every
+    rank's incoming gradient and term of g, for the whole world."""
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    x = [torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(WORLD // TP)]
     upstream = [torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(WORLD)]
     partial = [torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(WORLD)]
     return x, upstream, partial
 
 
+def summed_over_the_world(got: torch.Tensor | None, total: torch.Tensor) -> bool:
+    """Is ``got`` the sum over every rank of the world, ``total``, not only over this rank's group?"""
+    return WORLD > TP and got is not None and got.shape == total.shape and diff(got, total) <= 1e-12
+
+
 def f_alone(group) -> dict:
-    """f: the identity forward (no bytes sent), the sum of the ranks' gradients backward."""
+    """f: the identity forward (no bytes sent), the sum of its group's gradients backward."""
     copy_to_tp = learners("copy_to_tp")
     x, upstream, _ = f_and_g_inputs()
-    xf = x.clone().requires_grad_()
+    xf = x[GROUP_INDEX].clone().requires_grad_()
     counter = ByteCounter()
     y = copy_to_tp(xf, group, counter)
     forward_bytes = counter.sent
     (y * upstream[RANK]).sum().backward()
     return {
-        "forward": diff(y, x) if y.shape == x.shape else float("inf"),
+        "group": MEMBERS,
+        "world": WORLD,
+        "forward": diff(y, x[GROUP_INDEX]) if y.shape == xf.shape else float("inf"),
         "forward_bytes": forward_bytes,
-        "backward": None if xf.grad is None else diff(xf.grad, sum(upstream)),
+        "backward": None if xf.grad is None else diff(xf.grad, sum(upstream[r] for r in MEMBERS)),
         "backward_own": xf.grad is not None and diff(xf.grad, upstream[RANK]) == 0.0,
+        "backward_world": summed_over_the_world(xf.grad, sum(upstream)),
     }
 
 
 def g_alone(group) -> dict:
-    """g: the sum of the ranks' terms forward, the identity backward."""
+    """g: the sum of its group's terms forward, the identity backward."""
     reduce_from_tp = learners("reduce_from_tp")
     _, upstream, partial = f_and_g_inputs()
     p = partial[RANK].clone().requires_grad_()
     z = reduce_from_tp(p, group, ByteCounter())
     (z * upstream[RANK]).sum().backward()
     return {
-        "forward": diff(z, sum(partial)) if z.shape == p.shape else float("inf"),
+        "group": MEMBERS,
+        "world": WORLD,
+        "forward": diff(z, sum(partial[r] for r in MEMBERS)) if z.shape == p.shape else float("inf"),
+        "forward_world": summed_over_the_world(z, sum(partial)),
         "backward": None if p.grad is None else diff(p.grad, upstream[RANK]),
-        "backward_summed": p.grad is not None and diff(p.grad, sum(upstream)) == 0.0,
+        "backward_summed": p.grad is not None and diff(p.grad, sum(upstream[r] for r in MEMBERS)) == 0.0,
     }
 
 
 def mlp_against_one_process(group) -> dict:
     """A column-parallel Linear, GELU, a row-parallel Linear (biases away from zero), built with the
-    learner's kit, against the same MLP in one process: output, the input's gradient, the weights'."""
+    learner's kit, against the same MLP in one process: output, the input's gradient, the weights'.
+    Each tensor-parallel group runs it on its own input, so a sum over the whole world shows."""
     kit = kit_for()
     torch.manual_seed(0)
     fc, proj = torch.nn.Linear(8, 16, dtype=torch.float64), torch.nn.Linear(16, 8, dtype=torch.float64)
-    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    inputs = [torch.randn(2, 5, 8, dtype=torch.float64) for _ in range(WORLD // TP)]
     w = torch.randn(2, 5, 8, dtype=torch.float64)
+    x_grads = []
+    for x in inputs:  # one process, on every group's input: a wrong f's sum over the world is theirs
+        xa = x.clone().requires_grad_()
+        (proj(F.gelu(fc(xa))) * w).sum().backward()
+        x_grads.append(xa.grad)
+    fc.zero_grad(), proj.zero_grad()
+    x = inputs[GROUP_INDEX]
     xa = x.clone().requires_grad_()
     (proj(F.gelu(fc(xa))) * w).sum().backward()
     col = ColumnParallelLinear.from_linear(fc, group, kit=kit)
@@ -111,14 +138,17 @@ def mlp_against_one_process(group) -> dict:
     xb = x.clone().requires_grad_()
     out = row(F.gelu(col(xb)))
     (out * w).sum().backward()
-    half = 16 // WORLD
-    mine = slice(RANK * half, (RANK + 1) * half)
+    half = 16 // TP
+    mine = slice(TP_RANK * half, (TP_RANK + 1) * half)
     return {
         "out": diff(out, proj(F.gelu(fc(x)))),
         "x_grad": None if xb.grad is None else diff(xb.grad, xa.grad),
         "fc_grad": diff(col.weight.grad, fc.weight.grad[mine]),
         "proj_grad": diff(row.weight.grad, proj.weight.grad[:, mine]),
         "proj_bias_grad": diff(row.bias.grad, proj.bias.grad),
+        "group": MEMBERS,
+        "world": WORLD,
+        "x_grad_world": summed_over_the_world(xb.grad, sum(x_grads)),
     }
 
 
@@ -137,8 +167,8 @@ def padding_grad(grad: torch.Tensor | None, start: int, per_rank: int) -> float:
 def cross_entropy(group) -> dict:
     loss_fn = learners("vocab_parallel_cross_entropy")
     g = torch.Generator().manual_seed(3)
-    padded = -(-VOCAB // WORLD) * WORLD
-    per_rank = padded // WORLD
+    padded = -(-VOCAB // TP) * TP
+    per_rank = padded // TP
     full = 3 * torch.randn(BATCH, SEQ, padded, generator=g, dtype=torch.float64)
     full[..., VOCAB:] = 50.0  # padding columns holding large values: they must count for nothing
     targets = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
@@ -148,12 +178,12 @@ def cross_entropy(group) -> dict:
     expected = F.cross_entropy(truth.transpose(1, 2), targets, reduction="none")
     (expected * weight).sum().backward()
 
-    start = RANK * per_rank
+    start = TP_RANK * per_rank
     local = full[..., start : start + per_rank].clone().requires_grad_()
     counter = ByteCounter()
     loss = loss_fn(local, targets, start, VOCAB, group, counter)
     shape = list(loss.shape)
-    gathered = [torch.empty_like(loss.detach()) for _ in range(WORLD)]
+    gathered = [torch.empty_like(loss.detach()) for _ in range(TP)]
     dist.all_gather(gathered, loss.detach().contiguous(), group=group)
     sent = counter.sent
     with collectives() as backward_calls:
@@ -177,7 +207,7 @@ def large_logits(loss_fn, group, targets: torch.Tensor, start: int, per_rank: in
     """The learner's loss on logits in the thousands (exp() of them overflows even float64): is it
     finite, and how far from one process's cross-entropy (relative to the loss's size)?"""
     g = torch.Generator().manual_seed(4)
-    full = 3000 * torch.randn(BATCH, SEQ, per_rank * WORLD, generator=g, dtype=torch.float64)
+    full = 3000 * torch.randn(BATCH, SEQ, per_rank * TP, generator=g, dtype=torch.float64)
     expected = F.cross_entropy(full[..., :VOCAB].transpose(1, 2), targets, reduction="none")
     try:
         loss = loss_fn(full[..., start : start + per_rank].clone(), targets, start, VOCAB, group, ByteCounter())
@@ -241,14 +271,14 @@ def ring_against_full(group) -> dict:
         full = [t.clone().requires_grad_() for t in (q, k, v)]
         ref = full_causal_attention(*full)
         (ref * w).sum().backward()
-        mine = [split_sequence(t, WORLD, RANK, balanced).requires_grad_() for t in (q, k, v)]
+        mine = [split_sequence(t, TP, TP_RANK, balanced).requires_grad_() for t in (q, k, v)]
         out = ring_attention(*mine, group=group, counter=ByteCounter(), load_balanced=balanced, kit=kit)
-        (out * split_sequence(w, WORLD, RANK, balanced)).sum().backward()
-        pieces = [torch.empty_like(out.detach()) for _ in range(WORLD)]
+        (out * split_sequence(w, TP, TP_RANK, balanced)).sum().backward()
+        pieces = [torch.empty_like(out.detach()) for _ in range(TP)]
         dist.all_gather(pieces, out.detach().contiguous(), group=group)
         cases["load-balanced" if balanced else "contiguous"] = {
             "out": diff(merge_sequence(pieces, balanced), ref),
-            "grads": max(diff(m.grad, split_sequence(f.grad, WORLD, RANK, balanced)) for m, f in zip(mine, full)),
+            "grads": max(diff(m.grad, split_sequence(f.grad, TP, TP_RANK, balanced)) for m, f in zip(mine, full)),
         }
     return {"cases": cases}
 
@@ -259,7 +289,11 @@ def main() -> None:
     wanted = set(filter(None, os.environ.get("MINIGPT_SCENARIOS", "").split(","))) or None
 
     def group(timeout_s: float = 20.0):
-        return dist.new_group([0, 1], timeout=datetime.timedelta(seconds=limit(timeout_s)))
+        """Every tensor-parallel group of the world, created on every rank in the same order: this
+        rank's own."""
+        timeout = datetime.timedelta(seconds=limit(timeout_s))
+        made = [dist.new_group(list(range(first, first + TP)), timeout=timeout) for first in range(0, WORLD, TP)]
+        return made[GROUP_INDEX]
 
     names = ["f", "g", "mlp", "ce", "model", "ring"]
     groups = {name: group() for name in names}

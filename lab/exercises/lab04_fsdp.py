@@ -9,13 +9,14 @@ Fill in the five pieces, then grade yourself:
 
 Each stub states its task: what it must achieve, its contract (what holds when it returns, which
 collective it may call) and why it matters; the steps are in the hints. The reference is the package
-``minigpt/parallel/fsdp_by_hand/`` (one concept a file); try not to peek. It is ZeRO-3 with FSDP2's design: every parameter is cut along its rows into one padded
-shard per rank, the module holds its shard between steps, and each *unit* (a module that
-``fully_shard`` was called on: each block, then the whole model as the root) gathers its
-parameters just before they are needed and frees them right after.
+``minigpt/parallel/fsdp_by_hand/`` (one concept a file); try not to peek. It is ZeRO-3 with FSDP2's
+design: every parameter is cut along its rows into one padded shard per rank, the module holds its
+shard between steps, and each *unit* (a module that ``fully_shard`` was called on: each block, then
+the whole model as the root) gathers its parameters just before they are needed and frees them
+right after.
 
-Your :class:`FSDPUnit` inherits the reference's scaffolding (the shards, the gathered tensors,
-``unshard``/``wait_unshard``/``reshard``, the root's bookkeeping, the records) and replaces the
+Your :class:`FSDPUnit` inherits the reference's scaffolding (the shards, the gathered tensors, the
+operations its docstring lists, the hooks and the books they keep, the records) and replaces the
 pieces below. ``fully_shard(module, unit_class=FSDPUnit)`` builds units of your class::
 
     from minigpt.parallel.fsdp_by_hand import fully_shard
@@ -36,13 +37,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.autograd import Variable  # noqa: F401  (Variable._execution_engine.queue_callback)
 
 from minigpt.parallel.fsdp_by_hand.api import find_units  # noqa: F401
 from minigpt.parallel.fsdp_by_hand.gradients import real_rows  # noqa: F401
 from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.sharding import padded_rows  # noqa: F401
-from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold, _mark_inputs, _mark_outputs  # noqa: F401
+from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
 
 
 def shard_rows(full: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -116,10 +116,9 @@ def reduce_gradients(unit) -> None:
 
     Contract: one collective per call, a reduce-scatter (``dist.reduce_scatter_single`` on
     ``unit.group``) of one buffer in ``unit.reduce_dtype`` laid out so that chunk r is rank r's rows
-    of every parameter, in the unit's order, each parameter padded as its shard was; announce it
-    first with ``unit.record_collective("reduce-scatter", buffer, is_async=False)`` (the tests count
-    the bytes from it). Parameters whose ``p.full.grad`` is None (unused, or frozen: the same on every
-    rank) take no part; with none left, no collective at all.
+    of every parameter, in the unit's order, each parameter padded as its shard was. Parameters whose
+    ``p.full.grad`` is None (unused, or frozen: the same on every rank) take no part; with none left,
+    no collective at all.
 
     Why: data parallelism wants the mean of the ranks' gradients, and each rank only ever needs the
     rows it updates: a reduce-scatter is the half of an all-reduce that gives exactly that, for half
@@ -140,10 +139,10 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
     ``p.shard`` is a shard, and ``model.parameters()`` yields the shards too, in the model's order;
     ``real_rows(grad, p.rows, unit.rank, unit.world_size)`` is a shard's gradient without its padding
     rows. The combination order is part of the contract: a parameter's norm is the square root of the
-    **sum over the ranks** of its pieces' squared norms, and the whole norm is the norm of those. So
-    one collective, one ``dist.all_reduce`` (SUM) on ``units[0].group`` of a vector of one squared
-    piece norm **per parameter** (announced first with ``units[0].record_collective("all-reduce",
-    tensor, is_async=False)``); not one number per rank.
+    **sum over the ranks** of its pieces' squared norms, and the whole norm is the norm of those
+    parameters' norms (not the square root of their squares' sum: the same on paper, another
+    rounding). So one collective, one ``dist.all_reduce`` (SUM) on ``units[0].group`` of a vector of
+    one squared piece norm **per parameter**; not one number per rank.
 
     Why: clipping scales every shard by ``max_norm / norm``; a rank that used its own norm would clip
     its shards by another factor, and they would stop being pieces of one model. Summed in this
@@ -172,81 +171,93 @@ def backward_prefetch_targets(post_forward_order: list[str], current: str, depth
 
 
 class FSDPUnit(_Scaffold):
-    """Your unit: the scaffold's state, your pieces. The class attributes below are what
-    ``fully_shard`` and the scaffold call (``unit.shard_rows(...)``, ``unit_class.unit_parameters``)."""
+    """Your unit: the scaffold's state and books, your pieces.
+
+    The class attributes are what ``fully_shard`` and the scaffold call (``unit.shard_rows(...)``,
+    ``unit_class.unit_parameters``). The scaffold's hooks run your four methods of Exercise 4.3 at
+    the right moments and keep the books around them (the root, the order of a step, the uses of a
+    unit, the marks that make autograd call back, the end of backward, the events the tests read):
+    your methods are the mechanism, nothing else.
+
+    What a unit can do:
+
+    * ``self.unshard()`` issues the unit's all-gather and returns with the unit *whole* (its
+      parameters gathered into its modules); ``self.unshard(async_op=True)`` issues it and returns
+      at once, the gather in flight. Either does nothing when the unit is whole already or its
+      gather is already in flight;
+    * ``self.wait_unshard()`` finishes the unit's gather in flight, if there is one: the unit is
+      then whole;
+    * ``self.reshard()`` frees the gathered parameters (0 bytes again; the modules hold the shards);
+    * ``self.reduce_gradients()`` reduce-scatters the unit's full gradients into its shards' ``.grad``
+      and drops them (your Exercise 4.4; while 4.3 is graded the reference's stands in);
+    * ``self.gathered``: True while the unit is whole; ``self.root``: the root's unit;
+      ``self.reshard_after_forward``: False when the unit was made to stay whole after its forward;
+      ``self.forward_prefetch``: the units to gather ahead at this unit's forward (an explicit list,
+      often empty); ``self.backward_prefetch_units()``: the units to gather ahead at its backward.
+
+    Gathers issued on one group finish in the order they were issued.
+    """
 
     shard_rows = staticmethod(shard_rows)
     gather_rows = staticmethod(gather_rows)
     unit_parameters = staticmethod(unit_parameters)
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
     global_grad_norm = staticmethod(global_grad_norm)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
 
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
+    def before_forward(self) -> None:
+        """Exercise 4.3a: runs right before the unit's forward.
 
-    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
-        """Exercise 4.3a: runs before ``module.forward(*args)``; returns the (possibly new) args.
+        Contract: when it returns, the unit is whole, and each unit of ``self.forward_prefetch`` has
+        its all-gather in flight, issued and not waited for. Collectives: the unit's own all-gather
+        (unless a prefetch issued it already: then that one has finished), issued before the
+        asynchronous all-gathers of the units ahead.
 
-        What must hold when it returns:
-
-        * the unit is **whole**: its parameters gathered into the modules (``self.unshard()`` gathers
-          them, or starts a gather with ``async_op=True``; ``self.wait_unshard()`` finishes one in
-          flight, a prefetch included);
-        * the units of ``self.forward_prefetch`` (the explicit forward prefetch) have their gather in
-          flight, not waited for;
-        * the root's bookkeeping is done: the first unit to run is the root (``self._become_root()``
-          when ``self.root`` is None), and the root starts a new step's order (``self._start_step()``);
-        * when ``torch.is_grad_enabled()``: one more use is counted (``self._uses``) and the returned
-          args are marked (``_mark_inputs(self, args)``), so that autograd calls
-          :meth:`post_backward` once the inputs' gradient is computed;
-        * a unit that is not the root has written ``self.event("forward")`` last (the schedule the
-          tests compare with FSDP2's).
-
-        Why: between steps a unit holds only its shards; its forward needs its parameters whole.
-        The marks are how the unit learns, in backward, that its own backward is done.
+        Why: between steps a unit holds only its shards, and its forward reads every parameter. A
+        prefetch is meant to travel while this unit computes; waited for here, it only adds its time
+        to this forward; issued before the unit's own gather, it makes this forward wait for it.
         """
-        raise NotImplementedError("Exercise 4.3: gather the unit before its forward, mark its inputs")
+        raise NotImplementedError("Exercise 4.3: make the unit whole before its forward, the prefetch in flight")
 
-    def post_forward(self, module: nn.Module, args: tuple, output):
-        """Exercise 4.3b: runs after the forward; returns the output.
+    def after_forward(self) -> None:
+        """Exercise 4.3b: runs right after the unit's forward.
 
-        What must hold when it returns: ``self.name`` is at the end of ``self.root.post_forward_order``
-        (the order backward will reverse); the unit's gathered parameters are freed
-        (``self.reshard()``) when ``self.reshard_after_forward`` and the unit is not the root; and,
-        when ``torch.is_grad_enabled()``, the returned output is marked (``_mark_outputs(self,
-        output)``), so that autograd calls :meth:`pre_backward` when its first gradient arrives.
+        Contract: when it returns, the unit's gathered parameters are freed, except where backward
+        needs them first: the root (backward starts with it) and a unit with
+        ``reshard_after_forward`` False stay whole. No collective.
 
-        Why: freeing after forward is what makes ZeRO-3's peak one unit, not the model. The root
-        keeps its parameters: backward starts with it, right away.
+        Why: freeing after forward is what makes ZeRO-3's peak one unit's parameters, not the whole
+        model's. The root would only be gathered again at once.
         """
-        raise NotImplementedError("Exercise 4.3: record the order, free the unit, mark its outputs")
+        raise NotImplementedError("Exercise 4.3: free the unit after its forward, unless backward needs it first")
 
-    def pre_backward(self) -> None:
+    def before_backward(self) -> None:
         """Exercise 4.3c: runs when the unit's output gets its first gradient, before its backward.
 
-        What must hold when it returns: the unit is **whole** (its backward reads its parameters,
-        and autograd kept pointing at the same full tensors); the units of
-        ``self._backward_prefetch_units()`` have their gather in flight; the end of the step is
-        queued once per backward, by the root (``self.root._finish_backward`` queued with
-        ``Variable._execution_engine.queue_callback`` the first time, ``self.root._callback_queued``
-        set: it runs the post-backward of units whose inputs need no gradient, and the final frees);
-        and a unit that is not the root has written ``self.event("backward")`` last.
+        Contract: when it returns, the unit is whole again, and each unit of
+        ``self.backward_prefetch_units()`` has its all-gather in flight, not waited for.
+        Collectives: the unit's own all-gather (none if it stayed whole; if a prefetch issued it,
+        that one has finished), issued before the asynchronous all-gathers of the units ahead.
 
-        Why: the unit's forward freed its parameters to save memory; its backward needs them again.
-        A unit used while freed fails inside autograd with "storage of size 0", far from the hook
-        that forgot it.
+        Why: the forward freed the unit, and its backward reads the parameters again: autograd kept
+        pointing at the same full tensors, whose storage must be refilled in place. A backward that
+        meets a freed parameter fails inside autograd ("storage of size 0"). The prefetch lets the
+        next unit's parameters travel while this one computes.
         """
-        raise NotImplementedError("Exercise 4.3: gather the unit again, prefetch the next ones")
+        raise NotImplementedError("Exercise 4.3: make the unit whole again for its backward, the next ones in flight")
 
-    def post_backward(self) -> None:
-        """Exercise 4.3d: runs once the unit's inputs have their gradient (its backward is done).
+    def after_backward(self) -> None:
+        """Exercise 4.3d: runs once the unit's last backward of the step is done (the scaffold counts
+        a unit's uses: one called twice in one forward gets here after its second backward only).
 
-        What must hold when it returns: one use less is counted (``self._uses``); and, once no use
-        remains, the gathered parameters are freed (``self.reshard()``) and the gradients are
-        reduce-scattered into the shards (``self.reduce_gradients()``). A unit called twice in one
-        forward does that after its last backward only.
+        Contract: when it returns, the unit's gathered parameters are freed and its full gradients
+        are reduce-scattered into its shards (every ``p.full.grad`` None, each ``p.shard.grad`` its
+        rows of the mean). Collectives: the unit's one reduce-scatter, issued once its parameters
+        are freed.
 
-        Why: the unit's full gradients are complete only when every use's backward has run;
-        reduced earlier, a second use would add into gradients already sent.
+        Why: nothing reads this unit's parameters again in this step. Kept, they would pile up unit
+        after unit and backward's peak would grow toward the whole model. Freed before the
+        reduce-scatter, the reduce-scatter's buffer takes the place of the parameters instead of
+        joining them: backward's peak is one unit's parameters lower.
         """
         raise NotImplementedError("Exercise 4.3: free the unit, then reduce-scatter its gradients")

@@ -102,39 +102,46 @@ def row_parallel_linear(
 
 
 def copy_to_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None = None) -> torch.Tensor:
-    """Exercise 5.2a: "f", placed before a column-parallel layer whose input every rank holds whole.
+    """Exercise 5.2a: "f", placed before a column-parallel layer whose input every rank of ``group``
+    holds whole.
 
-    Forward: the identity (every rank already holds the same ``x``; return it as a new tensor or
-    ``x.view_as(x)``, without communication). Backward: each rank computed only its share of
-    ``x``'s gradient (through its own columns of the next weight), so the gradient that flows back
-    into ``x`` is the **sum over the group** of the incoming gradients: ``comm.all_reduce(grad,
-    group, counter)``.
+    Contract. Forward: the result has ``x``'s shape, dtype and values, and nothing is sent (every rank
+    of the group already holds the same ``x``). Backward: the gradient that reaches ``x`` on a rank is
+    the sum, over the ranks of ``group`` and no others, of the gradients that reached the result on
+    each of them. That sum is the only communication, forward or backward, and it goes through the
+    scaffold's helpers on ``group``, counted in ``counter`` (``group`` may be a subgroup of the world,
+    one tensor-parallel group among several). Return a tensor that autograd connects to ``x``.
 
-    Contract: a ``torch.autograd.Function`` (its ``backward`` returns one gradient per input of its
-    ``forward``: ``x``'s, then None for ``group`` and for ``counter``), applied to ``(x, group,
-    counter)``; the result has ``x``'s shape and dtype. The only collective is the backward's
-    all-reduce.
+    What autograd offers: a result whose forward and backward differ like this is a
+    ``torch.autograd.Function`` subclass. Its ``forward(ctx, ...)`` receives the arguments given to
+    its ``apply``, in order; its ``backward(ctx, ...)`` receives the gradient of each result of
+    ``forward`` and returns one gradient per argument of ``forward``, in the same order (None for one
+    that is not a tensor, or needs none). Anything ``backward`` needs from the forward travels on
+    ``ctx``.
 
-    Why: every rank feeds the same ``x`` into its own columns of the next weight, so each rank's
-    gradient with respect to ``x`` is only its columns' share; the sum over the group is the gradient
-    one process would have.
+    Why: every rank feeds the same ``x`` into its own columns of the next weight, so the gradient a
+    rank computes for ``x`` is only its columns' share; the sum over the group is the gradient one
+    process would have. Only the ranks of this group hold the other columns: in a world with
+    several tensor-parallel groups (Labs 06 and 07), the ranks of another group hold the same
+    columns on other data, and their gradients do not belong in this sum.
     """
     raise NotImplementedError("Exercise 5.2: f: the identity forward, an all-reduce of the gradient backward")
 
 
 def reduce_from_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None = None) -> torch.Tensor:
-    """Exercise 5.2b: "g", placed after a row-parallel layer, whose output on each rank is one term
-    of a sum.
+    """Exercise 5.2b: "g", placed after a row-parallel layer, whose output on each rank of ``group``
+    is one term of a sum.
 
-    Forward: the **sum over the group** of ``x`` (``comm.all_reduce(x, group, counter)``). Backward:
-    the identity (the gradient of a sum reaches every term unchanged; no communication).
+    Contract. Forward: the result is the sum of ``x`` over the ranks of ``group`` (the same on each of
+    them), with ``x``'s shape and dtype; that sum is the only communication, through the scaffold's
+    helpers on ``group``, counted in ``counter``. Backward: the gradient that reaches ``x`` is the
+    gradient that reached the result, unchanged, with no communication. A
+    ``torch.autograd.Function`` too (see :func:`copy_to_tp`).
 
-    Contract: a ``torch.autograd.Function`` too, applied to ``(x, group, counter)``; same shape and
-    dtype as ``x``; the only collective is the forward's all-reduce.
-
-    Why: after a row-parallel layer each rank holds one term of the output; every rank needs the
-    whole sum to go on, and the gradient of a sum with respect to each term is the gradient itself.
-    (f and g are each other's mirror: what one does forward, the other does backward.)
+    Why: after a row-parallel layer each rank holds one term of the output; every rank needs the whole
+    sum to go on, and the gradient of a sum with respect to each of its terms is the gradient of the
+    sum itself. f and g mirror each other: what one does forward, the other does backward, so that
+    each of a layer's two passes has one collective.
     """
     raise NotImplementedError("Exercise 5.2: g: an all-reduce forward, the identity backward")
 
@@ -200,12 +207,13 @@ def online_softmax_step(
     ``scores`` ``(..., Tq, Tk)`` (masked entries are ``-inf``; every row of the first block has a
     finite one) and its values ``v`` ``(..., Tk, D)``.
 
-    Return the new ``(m, total, acc)``: the maximum moves to ``m' = max(m, max_k scores)``, the old
-    ``total`` and ``acc`` are rescaled by ``exp(m - m')`` (they were sums of ``exp(score - m)``), then
-    this block's ``exp(scores - m')`` and ``exp(scores - m') @ v`` are added. After the last block
-    ``acc / total.unsqueeze(-1)`` is ``softmax(all scores) @ all v``, exactly. Take the block's
-    maximum from ``scores.detach()`` (a shift the softmax ignores: no gradient through it); the
-    gradient must flow through ``scores`` and ``v`` into ``total`` and ``acc``.
+    Contract: return the new ``(m, total, acc)``, which hold the same three things over every block
+    seen so far, this one included: ``m`` the largest score of each row, ``total`` and ``acc`` the
+    sums above, every term taken against the **new** ``m``. After the last block
+    ``acc / total.unsqueeze(-1)`` is then ``softmax(all scores) @ all v``, exactly, and no
+    ``exp`` ever sees a positive argument. Take the block's maximum from ``scores.detach()`` (a
+    shift the softmax ignores: no gradient through it); the gradient must flow through ``scores``
+    and ``v`` into ``total`` and ``acc``.
 
     Why: ring attention sees the keys one block at a time, as they come round the ring; the softmax
     over all of them is never computed at once, only merged block by block, and it must come out

@@ -451,6 +451,14 @@ SIDE_BY_SIDE = (
         "_fsdp_param_group:RegisterPostBackwardFunction",
     ),
     (
+        (
+            "after the last backward: freed, then reduce-scattered",
+            "tras la última pasada hacia atrás: liberar y luego reduce-scatter",
+        ),
+        "unit:FSDPUnit.after_backward",
+        "_fsdp_param_group:FSDPParamGroup.post_backward",
+    ),
+    (
         ("the reduce-scatter of a unit's gradients", "el reduce-scatter de los gradientes de una unidad"),
         "gradients:reduce_gradients",
         "_fsdp_collectives:foreach_reduce",

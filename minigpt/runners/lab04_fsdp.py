@@ -41,9 +41,9 @@ from minigpt import cli, grammar, impl, profiler
 from minigpt.divergence import Watch
 from minigpt.fsdp.sharded_state import MIXED_PRECISION
 from minigpt.fsdp.trace import FSDPTracer
-from minigpt.fsdp.variants import VARIANTS, sharded_optimizer, wrap
+from minigpt.fsdp.variants import VARIANTS, sharded_optimizer, world_mesh, wrap
 from minigpt.parallel import equivalence, fsdp_by_hand as ours, launch, proof
-from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm_one_number
+from minigpt.parallel.fsdp_by_hand.gradients import local_norms
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm
@@ -67,6 +67,26 @@ DEFAULT_SHORT_STEPS = 5  # --check: the no-clipping and mixed-precision runs
 CLIP_NORMS = ("per-parameter", "one-number")
 
 
+@torch.no_grad()
+def global_grad_norm_one_number(model: torch.nn.Module) -> torch.Tensor:
+    """The global norm with one all-reduce of one number: each rank's norm of its pieces' norms,
+    squared, summed over the ranks, square-rooted. Equal on paper; its last float32 bit differs
+    from FSDP2's (and from one process's) now and then, and the page measures what AdamW makes of
+    that over a whole training."""
+    norms = local_norms(model)
+    if not norms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    squares = torch.linalg.vector_norm(torch.stack(norms)).pow(2)
+    dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=ours.find_units(model)[0].group)
+    return squares.pow(0.5)
+
+
+def _one_number_clipping_norm(unit, model: torch.nn.Module) -> torch.Tensor:
+    norm = global_grad_norm_one_number(model)
+    unit.record_collective("all-reduce", norm.reshape(1), is_async=False)  # one number per rank
+    return norm
+
+
 def shard_ours(
     model: torch.nn.Module,
     setting: str = "implicit",
@@ -79,9 +99,7 @@ def shard_ours(
     ``clip_norm="one-number"`` takes the global norm with one all-reduce of one number."""
     unit_class = impl.load("lab04_fsdp", "FSDPUnit")
     if clip_norm == "one-number":
-        unit_class = type(
-            "OneNumberNormUnit", (unit_class,), {"global_grad_norm": staticmethod(global_grad_norm_one_number)}
-        )
+        unit_class = type("OneNumberNormUnit", (unit_class,), {"clipping_norm": _one_number_clipping_norm})
     blocks = list(model.blocks)
     reshard = setting != "no reshard after forward"
     for block in blocks:
@@ -115,10 +133,10 @@ def fsdp2_model(cfg: TrainConfig, ctx: launch.DistContext, variant: str = "fsdp2
     if mp is not None:
         from torch.distributed.fsdp import fully_shard
 
-        model = build_model(cfg).to(ctx.device)
+        model, mesh = build_model(cfg).to(ctx.device), world_mesh(ctx.device)
         for block in model.blocks:
-            fully_shard(block, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         return model, [(f"blocks.{i}", b, b) for i, b in enumerate(model.blocks)]
     return wrap(VARIANTS[variant], build_model(cfg).to(ctx.device), ctx.device)
 

@@ -1,7 +1,7 @@
 """Lab 04 pitfalls: five classic mistakes, each to be caught by exactly its own tests.
 
 * a tied weight owned twice (no de-duplication: the tie is cut, each copy gathered on its own) - 4.2;
-* a unit freed after forward and never gathered again for backward (pre-backward does not unshard) - 4.3;
+* a unit freed after forward and never made whole again for backward (before_backward only prefetches) - 4.3;
 * the reduce-scatter's sum kept as the gradient (not divided by the world size) - 4.4;
 * the local gradient norm taken for the global one (no all-reduce) - 4.4;
 * the prefetch of the unit whose backward just ran (the previous unit of the backward order) - 4.5.
@@ -57,7 +57,6 @@ def reduce_gradients(unit) -> None:
         columns.append(padded.to(unit.reduce_dtype).reshape(world, -1))
     buffer = torch.cat(columns, dim=1).reshape(-1)
     out = buffer.new_empty(buffer.numel() // world)
-    unit.record_collective("reduce-scatter", buffer, is_async=False)
     dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     offset = 0
     for p in params:
@@ -99,31 +98,15 @@ class FSDPUnit(_Scaffold):
     shard_rows = staticmethod(shard_rows)
     gather_rows = staticmethod(gather_rows)
     unit_parameters = staticmethod(unit_parameters)
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
     global_grad_norm = staticmethod(global_grad_norm)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
 
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
-
-    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
-        return _Scaffold.pre_forward(self, module, args)
-
-    def post_forward(self, module: nn.Module, args: tuple, output):
-        return _Scaffold.post_forward(self, module, args, output)
-
-    def pre_backward(self) -> None:
+    def before_backward(self) -> None:
         # Mistake: the unit was freed after its forward and is not gathered again: backward runs on
         # parameters whose storage is 0 bytes (only the prefetch of the next units is issued).
-        if self is self.root and not self.root._callback_queued:
-            self.root._callback_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self.root._finish_backward)
-        for ahead in self._backward_prefetch_units():
+        for ahead in self.backward_prefetch_units():
             ahead.unshard(async_op=True)
-        if self is not self.root:
-            self.event("backward")
-
-    def post_backward(self) -> None:
-        _Scaffold.post_backward(self)
 
 
 _unused = (gradients, ownership, prefetch)  # the reference modules, for a reader comparing

@@ -6,7 +6,7 @@ gather a unit's parameters just before they are needed and free them right after
 
 * :mod:`.sharding` - one parameter cut into equal, padded shards and gathered back;
 * :mod:`.ownership` - which parameters a unit owns; tied parameters counted once;
-* :mod:`.unit` - a unit's state and its four hooks (pre/post forward, pre/post backward);
+* :mod:`.unit` - a unit's state, ZeRO-3's four moves, and the hooks that keep the books;
 * :mod:`.gradients` - the reduce-scatter of a unit's gradients; clipping by the global norm;
 * :mod:`.prefetch` - which unit to gather ahead in backward;
 * :mod:`.api` - ``fully_shard`` and the explicit prefetch lists;

@@ -26,9 +26,10 @@ from collections.abc import Iterable
 import torch.distributed as dist
 from torch import nn
 
+from minigpt.parallel.fsdp_by_hand.marks import UNIT_ATTR, find_units  # noqa: F401 (find_units: also the API's)
 from minigpt.parallel.fsdp_by_hand.ownership import check_no_parameter_in_two_units
 from minigpt.parallel.fsdp_by_hand.record import Recorder
-from minigpt.parallel.fsdp_by_hand.unit import UNIT_ATTR, FSDPUnit, MixedPrecision
+from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit, MixedPrecision
 
 
 def unit_of(module: nn.Module) -> FSDPUnit:
@@ -82,18 +83,6 @@ def fully_shard(
     module.register_forward_pre_hook(unit.pre_forward)
     module.register_forward_hook(unit.post_forward)
     return module
-
-
-def find_units(root: nn.Module) -> list[FSDPUnit]:
-    """The root's unit, then every unit below it in module order, each named by its path
-    (``"root"``, ``"blocks.0"``, ...)."""
-    units = []
-    for name, module in root.named_modules():
-        unit = getattr(module, UNIT_ATTR, None)
-        if unit is not None:
-            unit.name = name or "root"
-            units.append(unit)
-    return units
 
 
 def set_modules_to_forward_prefetch(module: nn.Module, modules: list[nn.Module]) -> None:

@@ -11,10 +11,9 @@ is exactly rank r's rows of every parameter, in the order the unit lists them:
 Each gradient is padded with zero rows to its padded shape (as its shard was), viewed as
 ``(N, rows/N * cols)``, the views are put side by side and flattened. The sum is divided by N
 (the mean over ranks; the loss of each rank is already the mean over its rows, so the mean of
-the ranks' gradients is the gradient of the whole batch). Then each shard's ``.grad`` is its
-piece of the result, in the shard's dtype (fp32 master weights get fp32 gradients even when the
-forward ran in bf16). A parameter that got no gradient in this step (unused, or frozen) is left
-out, on every rank alike, and its shard keeps no ``.grad``, as in one process.
+the ranks' gradients is the gradient of the whole batch). Each shard's ``.grad`` is its piece of
+the result, in the shard's dtype (fp32 master weights get fp32 gradients after a bf16 forward). A
+parameter without a gradient this step (unused, or frozen) is left out on every rank alike.
 
 **Clipping.** ``clip_grad_norm_`` must use the norm of the *whole* gradient. Each rank computes
 the norm of its piece of each parameter's gradient, one all-reduce sums their squares over the
@@ -28,6 +27,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from minigpt.parallel.fsdp_by_hand.marks import WHOLE_ATTR, find_units
 
 
 def reduce_gradients(unit) -> None:
@@ -46,7 +47,6 @@ def reduce_gradients(unit) -> None:
         columns.append(padded.reshape(world, -1))
     buffer = torch.cat(columns, dim=1).reshape(-1)
     out = buffer.new_empty(buffer.numel() // world)
-    unit.record_collective("reduce-scatter", buffer, is_async=False)
     dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     out /= world
     offset = 0
@@ -72,9 +72,6 @@ def local_norms(model: nn.Module) -> list[torch.Tensor]:
     model's parameter order; parameters without a gradient are left out. A parameter a unit keeps
     whole (``ignored_params``) is every rank's whole: its norm counts on the group's first rank
     only (0 elsewhere), so that the sum over the ranks is its square, exactly."""
-    from minigpt.parallel.fsdp_by_hand.api import find_units
-    from minigpt.parallel.fsdp_by_hand.unit import WHOLE_ATTR
-
     sharded = {id(p.shard): (p, unit) for unit in find_units(model) for p in unit.params}
     norms = []
     for shard in model.parameters():
@@ -90,50 +87,24 @@ def local_norms(model: nn.Module) -> list[torch.Tensor]:
     return norms
 
 
-def _group_of(model: nn.Module):
-    from minigpt.parallel.fsdp_by_hand.api import find_units
-
-    units = find_units(model)
-    return units[0] if units else None
-
-
 @torch.no_grad()
 def global_grad_norm(model: nn.Module) -> torch.Tensor:
     """The 2-norm of the whole gradient of ``model``, the same on every rank (a collective).
 
     Each rank takes the norm of its piece of each parameter's gradient; one all-reduce sums their
-    squares over the ranks, parameter by parameter (a vector of one number per parameter: 44 for
-    MiniGPT, 176 bytes); the square roots are the whole parameters' norms, and the norm of those
-    is the norm of the whole gradient. This is the arithmetic, in the same order, of
-    ``torch.nn.utils.clip_grad_norm_`` on FSDP2's sharded gradients, so the two agree to the bit
-    (FSDP2 reduces each parameter's norm on its own; the sums are the same).
+    squares over the ranks, parameter by parameter (one number per parameter: 44 for MiniGPT); the
+    square roots are the whole parameters' norms, and the norm of those is the norm of the whole
+    gradient: ``clip_grad_norm_``'s arithmetic on FSDP2's sharded gradients, in the same order, so
+    the two agree to the bit.
     """
     norms = local_norms(model)
-    unit = _group_of(model)
     if not norms:
         return torch.zeros((), device=next(model.parameters()).device)
     squares = torch.stack(norms).pow(2)
-    if unit is not None:
-        unit.record_collective("all-reduce", squares, is_async=False)
-        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=unit.group)
+    units = find_units(model)
+    if units:
+        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=units[0].group)
     return torch.linalg.vector_norm(squares.pow(0.5))
-
-
-@torch.no_grad()
-def global_grad_norm_one_number(model: nn.Module) -> torch.Tensor:
-    """The same norm with one all-reduce of one number: each rank's norm of its pieces' norms,
-    squared, summed over the ranks, square-rooted. Equal on paper; its last float32 bit differs
-    from FSDP2's (and from one process's) now and then, and Lab 04's page measures what AdamW
-    makes of that over a whole training."""
-    norms = local_norms(model)
-    unit = _group_of(model)
-    if not norms:
-        return torch.zeros((), device=next(model.parameters()).device)
-    squares = torch.linalg.vector_norm(torch.stack(norms)).pow(2)
-    if unit is not None:
-        unit.record_collective("all-reduce", squares.reshape(1), is_async=False)
-        dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=unit.group)
-    return squares.pow(0.5)
 
 
 @torch.no_grad()
@@ -141,10 +112,8 @@ def clip_grad_norm_(model: nn.Module, max_norm: float) -> torch.Tensor:
     """Scale the shards' gradients so that the norm of the whole gradient is at most
     ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does in one process; returns the global
     norm. Every rank must call it."""
-    from minigpt.parallel.fsdp_by_hand.api import find_units
-
     units = find_units(model)
-    norm = units[0].global_grad_norm(model) if units else global_grad_norm(model)
+    norm = units[0].clipping_norm(model) if units else global_grad_norm(model)
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     for p in model.parameters():
         if p.grad is not None:

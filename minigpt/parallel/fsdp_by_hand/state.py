@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minigpt import checkpoints
-from minigpt.parallel.fsdp_by_hand.api import find_units
+from minigpt.parallel.fsdp_by_hand.marks import find_units
 
 META = "meta.json"
 

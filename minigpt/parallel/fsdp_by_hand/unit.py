@@ -1,32 +1,25 @@
-"""One FSDP unit: its shards, its gathered parameters, and the four hooks that move between them.
+"""One FSDP unit: its shards, its gathered parameters, and what it does around its forward and backward.
 
 A unit holds, for each parameter it owns (:mod:`.ownership`), a :class:`ShardedParam`:
 
-* ``shard`` - this rank's rows (:mod:`.sharding`), an ``nn.Parameter`` in the master dtype. It is
-  what the module holds between steps, so ``model.parameters()``, the optimizer and
-  ``state_dict()`` see shards only: any ``torch.optim`` optimizer is then a sharded optimizer.
-* ``full`` - a full-size ``nn.Parameter`` in the compute dtype whose *storage* is freed (resized
-  to 0 bytes) while the unit is sharded and refilled by an all-gather when it is needed. While
-  the unit is gathered the modules hold ``full`` instead of ``shard``. Autograd keeps pointing at
-  the same ``full`` tensor, so backward can use it again once it has been gathered again, and
-  adds the unit's gradients into ``full.grad``.
+* ``shard`` - this rank's rows (:mod:`.sharding`), an ``nn.Parameter`` in the master dtype: what
+  the module holds between steps, so the optimizer and ``state_dict()`` see shards only;
+* ``full`` - a full-size ``nn.Parameter`` in the compute dtype whose *storage* is freed (0 bytes)
+  while the unit is sharded and refilled by an all-gather when it is needed (the modules then hold
+  it). Autograd keeps pointing at the same tensor, so backward can use it again once gathered
+  again, and adds the unit's gradients into ``full.grad``.
 
-The hooks, in the order one training step calls them:
+ZeRO-3's four moves, one method each (Exercise 4.3): :meth:`before_forward` (whole, the forward
+prefetch in flight), :meth:`after_forward` (freed, unless backward needs it first),
+:meth:`before_backward` (whole again, the next units of backward in flight), :meth:`after_backward`
+(freed, then its gradients reduce-scattered into the shards: :mod:`.gradients`).
 
-1. **pre-forward** (before the module's ``forward``): gather the unit (or wait for the prefetch
-   already in flight), all-gather the units of the forward prefetch list ahead, and mark the
-   inputs so that autograd calls *post-backward* once their gradient has been computed;
-2. **post-forward** (after ``forward``): free the gathered parameters (``reshard_after_forward``;
-   the root keeps them, since backward starts with it), and mark the outputs so that autograd
-   calls *pre-backward* when their first gradient arrives;
-3. **pre-backward**: gather the unit again (its forward freed it), then prefetch the next units
-   of backward (:mod:`.prefetch`);
-4. **post-backward**: free the gathered parameters and reduce-scatter the gradients into the
-   shards (:mod:`.gradients`).
-
-A unit used k times in one forward runs its post-backward work after its k-th backward only.
-The root also queues a callback at the end of backward: it runs the post-backward of every unit
-whose inputs needed no gradient (the root itself: its input is token ids) and frees what is left.
+The four hooks around them keep the books (and write the events). The first unit to run becomes the
+root and starts each step's order; a forward counts one use and marks its inputs and outputs, so that
+autograd calls *pre-backward* at the outputs' first gradient and *post-backward* once the inputs have
+theirs; a unit used k times runs :meth:`after_backward` after its k-th backward only. At the end of
+backward the root's callback finishes every unit whose inputs needed no gradient (the root itself:
+its input is token ids) and frees what is left.
 """
 
 from __future__ import annotations
@@ -39,11 +32,9 @@ from torch import nn
 from torch.autograd import Variable
 
 from minigpt.parallel.fsdp_by_hand import gradients, ownership, prefetch, sharding
+from minigpt.parallel.fsdp_by_hand.marks import UNIT_ATTR, WHOLE_ATTR, find_units
 from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.record import Recorder
-
-UNIT_ATTR = "_fsdp_by_hand_unit"  # the attribute that marks a module as a unit
-WHOLE_ATTR = "_fsdp_by_hand_whole"  # ... and an ignored parameter, with the unit that keeps it whole
 
 
 @dataclass(frozen=True)
@@ -77,20 +68,31 @@ def _allocate(t: torch.Tensor) -> None:
 
 class FSDPUnit:
     """The state and hooks of one unit; made by :func:`minigpt.parallel.fsdp_by_hand.fully_shard`.
-
-    The pieces the hooks use are attributes of the class, so that a subclass (Lab 04's
-    exercises) can replace any of them: the sharding of one parameter, the parameters a unit
-    owns, the reduce-scatter of its gradients, the global gradient norm, the prefetch choice.
-    """
+    The pieces the hooks use are attributes, so that a subclass (Lab 04's exercises) can replace any
+    of them: sharding, ownership, the four moves, the reduce-scatter, the global norm, the prefetch."""
 
     shard_rows = staticmethod(sharding.shard_rows)
     gather_rows = staticmethod(sharding.gather_rows)
     unit_parameters = staticmethod(ownership.unit_parameters)
+    reduce_scatter_gradients = staticmethod(gradients.reduce_gradients)
     global_grad_norm = staticmethod(gradients.global_grad_norm)
     backward_prefetch_targets = staticmethod(prefetch.backward_prefetch_targets)
 
     def reduce_gradients(self) -> None:
-        gradients.reduce_gradients(self)
+        """Reduce-scatter the gradients (:attr:`reduce_scatter_gradients`), announced to the recorder first:
+        the buffer of its contract, each parameter with a full gradient padded as its shard, in ``reduce_dtype``."""
+        with_grad = [p for p in self.params if p.full.grad is not None]
+        if with_grad:
+            numel = self.world_size * sum(p.shard.numel() for p in with_grad)
+            self._record("reduce-scatter", numel, torch.empty((), dtype=self.reduce_dtype).element_size(), False)
+        self.reduce_scatter_gradients(self)
+
+    def clipping_norm(self, model: nn.Module) -> torch.Tensor:
+        """The global norm (:attr:`global_grad_norm`), its all-reduce announced: one number per gradient."""
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if grads:
+            self._record("all-reduce", len(grads), grads[0].element_size(), False)
+        return self.global_grad_norm(model)
 
     def __init__(
         self,
@@ -207,17 +209,45 @@ class FSDPUnit:
         self._hold("shard")
         self.event("free")
 
-    # -- the four hooks ---------------------------------------------------------------------------
+    # -- the mechanism (Exercise 4.3): the four moves of ZeRO-3 ------------------------------------
 
-    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
-        if self.root is None:
-            self._become_root()
-        if self is self.root:
-            self._start_step()
+    def before_forward(self) -> None:
+        """The unit whole for its forward (its own gather first: it is needed now), then the explicit
+        forward prefetch in flight, not waited for."""
         self.unshard()
         self.wait_unshard()
         for ahead in self.forward_prefetch:
             ahead.unshard(async_op=True)
+
+    def after_forward(self) -> None:
+        """Free the gathered parameters, unless the unit keeps them for its backward (the root, which
+        backward reaches first, or ``reshard_after_forward=False``)."""
+        if self.reshard_after_forward and self is not self.root:
+            self.reshard()
+
+    def before_backward(self) -> None:
+        """The unit whole again (its forward freed it), then the next units of backward in flight."""
+        self.unshard()
+        self.wait_unshard()
+        for ahead in self.backward_prefetch_units():
+            ahead.unshard(async_op=True)
+
+    def after_backward(self) -> None:
+        """After the unit's last backward of the step: free the gathered parameters, then reduce-scatter
+        the full gradients into the shards. Freeing first, the reduce-scatter's buffer takes the place
+        of the parameters instead of joining them: the backward peak is one unit's parameters lower."""
+        self.reshard()
+        self.reduce_gradients()
+
+    # -- the hooks: the books kept around the mechanism ---------------------------------------------
+
+    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
+        """The root (elected at the first forward) starts the step; :meth:`before_forward`; a use counted."""
+        if self.root is None:
+            self._become_root()
+        if self is self.root:
+            self._start_step()
+        self.before_forward()
         if torch.is_grad_enabled():
             self._uses += 1
             args = _mark_inputs(self, args)
@@ -226,42 +256,40 @@ class FSDPUnit:
         return args
 
     def post_forward(self, module: nn.Module, args: tuple, output):
+        """The unit's place in the order backward reverses; :meth:`after_forward`; the outputs marked."""
         self.root.post_forward_order.append(self.name)
-        if self.reshard_after_forward and self is not self.root:
-            self.reshard()
+        self.after_forward()
         if torch.is_grad_enabled():
             output = _mark_outputs(self, output)
         return output
 
     def pre_backward(self) -> None:
+        """The root queues the end of backward (once per backward); :meth:`before_backward`."""
         if self is self.root and not self.root._callback_queued:
             self.root._callback_queued = True
             Variable._execution_engine.queue_callback(self.root._finish_backward)
-        self.unshard()
-        self.wait_unshard()
-        for ahead in self._backward_prefetch_units():
-            ahead.unshard(async_op=True)
+        self.before_backward()
         if self is not self.root:
             self.event("backward")
 
     def post_backward(self) -> None:
+        """Once the unit's inputs have their gradient: one use less; after the last, :meth:`after_backward`."""
         self._uses -= 1
         if self._uses > 0:
             return  # a unit used twice: its other use has not finished its backward yet
-        self.reshard()
-        self.reduce_gradients()
+        self.after_backward()
 
     # -- the root's work --------------------------------------------------------------------------
 
-    def _backward_prefetch_units(self) -> list[FSDPUnit]:
+    def backward_prefetch_units(self) -> list[FSDPUnit]:
+        """The units to gather ahead at this unit's pre-backward: the explicit list, else the ones whose
+        backward comes next (:meth:`backward_prefetch_targets`, Exercise 4.5)."""
         if self.backward_prefetch is not None:
             return self.backward_prefetch
         by_name = {u.name: u for u in self.root.units}
         return [by_name[n] for n in self.backward_prefetch_targets(self.root.post_forward_order, self.name, 1)]
 
     def _become_root(self) -> None:
-        from minigpt.parallel.fsdp_by_hand.api import find_units
-
         self.units = find_units(self.module)
         for unit in self.units:
             unit.root = self
@@ -286,10 +314,9 @@ class FSDPUnit:
         self._callback_queued = False
 
     def held_bytes(self) -> int:
-        """Bytes of parameters and gradients this rank holds now, every unit of the root counted
-        from the storages themselves (gathered tensors, full gradients, shards and their grads, and
-        the buffer of an all-gather still in flight; a storage that several of them view is counted
-        once)."""
+        """Bytes of parameters and gradients this rank holds now, every unit of the root counted from
+        the storages themselves (gathered tensors, full gradients, shards and their grads, an
+        all-gather's buffer in flight; a storage several of them view counted once)."""
         storages: dict[int, int] = {}
         for unit in self.units:
             if unit._in_flight is not None:
@@ -308,10 +335,11 @@ class FSDPUnit:
             self.recorder.event(what, self.name, in_schedule)
 
     def record_collective(self, kind: str, full_buffer: torch.Tensor, is_async: bool) -> None:
+        self._record(kind, full_buffer.numel(), full_buffer.element_size(), is_async)
+
+    def _record(self, kind: str, numel: int, element_size: int, is_async: bool) -> None:
         if self.recorder is not None:
-            self.recorder.collective(
-                kind, self.name, full_buffer.numel(), full_buffer.element_size(), self.world_size, is_async
-            )
+            self.recorder.collective(kind, self.name, numel, element_size, self.world_size, is_async)
             if kind == "reduce-scatter":
                 self.recorder.event("reduce-scatter", self.name)
 

@@ -19,6 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 
+from minigpt import impl
+from minigpt.parallel.tensor_parallel import comm, layers
+from minigpt.parallel.tensor_parallel.ring_attention import block_mask, online_softmax_step
+
 EXERCISE_MODULE = "lab05_tensor_parallel"
 
 
@@ -36,10 +40,7 @@ class Kit:
 
 @cache
 def reference_kit() -> Kit:
-    """Every piece from ``minigpt/`` (imported here, on first use, to keep the modules acyclic)."""
-    from minigpt.parallel.tensor_parallel import comm, layers
-    from minigpt.parallel.tensor_parallel.ring_attention import block_mask, online_softmax_step
-
+    """Every piece from ``minigpt/``."""
     return Kit(
         column_slice=layers.column_slice,
         row_slice=layers.row_slice,
@@ -54,8 +55,6 @@ def reference_kit() -> Kit:
 
 def kit_for(implementation: str | None = None) -> Kit:
     """The kit of ``implementation`` (``"reference"`` or ``"exercises"``; default ``MINIGPT_IMPL``)."""
-    from minigpt import impl
-
     chosen = impl.current() if implementation is None else implementation
     if chosen == "reference":
         return reference_kit()

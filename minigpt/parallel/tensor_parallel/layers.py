@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,6 @@ from torch.nn import functional as F
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import comm
 from minigpt.parallel.tensor_parallel.comm import Group
-from minigpt.parallel.tensor_parallel.kit import Kit, reference_kit
 
 
 def padded_vocab_size(vocab_size: int, tp: int) -> int:
@@ -106,21 +106,21 @@ class ColumnParallelLinear(nn.Module):
         group: Group = None,
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
-        kit: Kit | None = None,
+        kit=None,
     ):
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
-        self.kit = reference_kit() if kit is None else kit
+        self.kit = own_pieces() if kit is None else kit
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, group: Group = None, parts: int = 1, kit: Kit | None = None, **kwargs
+        cls, linear: nn.Linear, group: Group = None, parts: int = 1, kit=None, **kwargs
     ) -> ColumnParallelLinear:
         """Slice a whole ``nn.Linear`` by output features (``parts`` equal parts sliced each)."""
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
-        weight, bias = (kit or reference_kit()).column_slice(linear.weight, linear.bias, tp, rank, parts)
+        weight, bias = (kit or own_pieces()).column_slice(linear.weight, linear.bias, tp, rank, parts)
         return cls(weight, bias, group, kit=kit, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -145,19 +145,19 @@ class RowParallelLinear(nn.Module):
         group: Group = None,
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
-        kit: Kit | None = None,
+        kit=None,
     ):
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
-        self.kit = reference_kit() if kit is None else kit
+        self.kit = own_pieces() if kit is None else kit
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Group = None, kit: Kit | None = None, **kwargs) -> RowParallelLinear:
+    def from_linear(cls, linear: nn.Linear, group: Group = None, kit=None, **kwargs) -> RowParallelLinear:
         """Slice a whole ``nn.Linear`` by input features; the bias is copied whole."""
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
-        weight, bias = (kit or reference_kit()).row_slice(linear.weight, linear.bias, tp, rank)
+        weight, bias = (kit or own_pieces()).row_slice(linear.weight, linear.bias, tp, rank)
         return cls(weight, bias, group, kit=kit, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -181,7 +181,7 @@ class VocabParallelEmbedding(nn.Module):
         counter: ByteCounter | None = None,
         sequence_parallel: bool = False,
         padded: int | None = None,
-        kit: Kit | None = None,
+        kit=None,
     ):
         super().__init__()
         tp, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -200,7 +200,7 @@ class VocabParallelEmbedding(nn.Module):
             shard[: stop - self.start] = full_weight.detach()[self.start : stop]
         self.weight = nn.Parameter(shard)
         self.group, self.counter, self.sequence_parallel = group, counter, sequence_parallel
-        self.kit = reference_kit() if kit is None else kit
+        self.kit = own_pieces() if kit is None else kit
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids ``(B, T)`` -> embeddings ``(B, T, C)`` (``(B, T/tp, C)`` with sequence parallelism)."""
@@ -278,3 +278,16 @@ def gather_logits(local: torch.Tensor, vocab_size: int, group: Group = None) -> 
     pieces = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(pieces, local.detach().contiguous(), group=group)
     return torch.cat(pieces, dim=-1)[..., :vocab_size]
+
+
+def own_pieces() -> SimpleNamespace:
+    """This module's own pieces (and :mod:`.comm`'s f and g), what a layer uses when it is given no
+    :class:`~.kit.Kit`: the reference. A kit (the learner's pieces) has the same names."""
+    return SimpleNamespace(
+        column_slice=column_slice,
+        row_slice=row_slice,
+        row_parallel_linear=row_parallel_linear,
+        copy_to_tp=comm.copy_to_tp,
+        reduce_from_tp=comm.reduce_from_tp,
+        vocab_parallel_cross_entropy=vocab_parallel_cross_entropy,
+    )

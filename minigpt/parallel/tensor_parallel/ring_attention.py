@@ -45,13 +45,13 @@ naming T and cp; there is no padding.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 
 from minigpt.parallel.ring import ByteCounter, exchange, ring_position
 from minigpt.parallel.tensor_parallel.comm import Group
-from minigpt.parallel.tensor_parallel.kit import Kit, reference_kit
 
 # The counter of ring attention's transfers in this process, unless one is passed in.
 COUNTER = ByteCounter()
@@ -155,7 +155,7 @@ def ring_attention(
     counter: ByteCounter | None = None,
     load_balanced: bool = False,
     computed: list[int] | None = None,
-    kit: Kit | None = None,
+    kit=None,
 ) -> torch.Tensor:
     """Causal attention of this rank's queries over the whole sequence.
 
@@ -166,7 +166,7 @@ def ring_attention(
     block this rank multiplied with (the skipped, fully masked pairs are absent). ``kit`` (default
     the reference) supplies :func:`block_mask` and :func:`online_softmax_step`."""
     counter = COUNTER if counter is None else counter
-    kit = reference_kit() if kit is None else kit
+    kit = SimpleNamespace(block_mask=block_mask, online_softmax_step=online_softmax_step) if kit is None else kit
     cp, rank = dist.get_world_size(group), dist.get_rank(group)
     local = q.shape[2]
     if k.shape != q.shape or v.shape != q.shape:

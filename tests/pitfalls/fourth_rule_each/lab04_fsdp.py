@@ -2,19 +2,19 @@
 
 Lab 04: a shard returned as a view of the whole tensor when no padding is needed, instead of a new
 tensor (4.1); a frozen parameter left out of the unit instead of owned like any other (4.2);
-pre_forward writes the unit's "forward" event first, before it gathers, instead of last: the same
-arithmetic, but the schedule no longer says that the forward waited for its all-gather (4.3).
+after_backward reduce-scatters first and frees the unit after, instead of freeing it first: the same
+gradients and bytes, but the reduce-scatter's buffer joins the gathered parameters instead of taking
+their place, and backward's peak is one unit's parameters higher (4.3).
 """
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from minigpt.parallel.fsdp_by_hand import ownership, sharding
 from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.sharding import gather_rows
-from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold, _mark_inputs
+from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
 
 
 def shard_rows(full, rank: int, world_size: int):
@@ -35,18 +35,6 @@ class FSDPUnit(_Scaffold):
     gather_rows = staticmethod(gather_rows)
     unit_parameters = staticmethod(unit_parameters)
 
-    def pre_forward(self, module: nn.Module, args: tuple) -> tuple:
-        if self.root is None:
-            self._become_root()
-        if self is self.root:
-            self._start_step()
-        if self is not self.root:
-            self.event("forward")  # Mistake: written before the gather, not last
-        self.unshard()
-        self.wait_unshard()
-        for ahead in self.forward_prefetch:
-            ahead.unshard(async_op=True)
-        if torch.is_grad_enabled():
-            self._uses += 1
-            args = _mark_inputs(self, args)
-        return args
+    def after_backward(self) -> None:
+        self.reduce_gradients()
+        self.reshard()  # Mistake: freed after the reduce-scatter, not before

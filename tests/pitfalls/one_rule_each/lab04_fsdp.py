@@ -2,7 +2,7 @@
 
 Lab 04: gather_rows returns the padding rows too (4.1); unit_parameters does not skip the modules of
 nested units (4.2); reduce_gradients leaves each full gradient in place after reducing it, instead of
-dropping it (4.4); post_forward never frees a block, whatever reshard_after_forward says (4.3).
+dropping it (4.4); after_forward never frees a block, whatever reshard_after_forward says (4.3).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm, reduce_gradients as _reduce
 from minigpt.parallel.fsdp_by_hand.ownership import Slot
 from minigpt.parallel.fsdp_by_hand.sharding import shard_rows  # noqa: F401
-from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold, _mark_outputs
+from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
 
 
 def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -46,11 +46,8 @@ def reduce_gradients(unit) -> None:
 class FSDPUnit(_Scaffold):
     gather_rows = staticmethod(gather_rows)
     unit_parameters = staticmethod(unit_parameters)
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
     global_grad_norm = staticmethod(global_grad_norm)
 
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
-
-    def post_forward(self, module, args, output):
-        self.root.post_forward_order.append(self.name)  # Mistake: no reshard() after forward
-        return _mark_outputs(self, output) if torch.is_grad_enabled() else output
+    def after_forward(self) -> None:
+        pass  # Mistake: the unit is never freed after its forward

@@ -2,12 +2,9 @@
 
 Lab 04: the whole tensor gathered with ``dist.all_gather`` into a list of ``world_size`` tensors,
 then concatenated: the right tensor, but a collective per list and a copy more where the contract
-asks for one all-gather into one tensor (4.1); post_backward frees and reduces the unit at every
-call, with no count of its uses: a unit called twice in one forward is freed after the backward of its
-second use and gathered again for the first's, an all-gather more per step (the gradients and the one
-reduce-scatter still come out right: autograd adds both uses' gradients before they reach the
-weights, so the first call finds no gradient to reduce) (4.3); a parameter
-with no full gradient (unused this step, or frozen) taken as zeros instead of taking no part, so a
+asks for one all-gather into one tensor (4.1); before_forward gathers the units of its forward
+prefetch synchronously, so each prefetch is waited for on the spot instead of travelling while the
+unit computes (4.3); a parameter with no full gradient (unused this step, or frozen) taken as zeros instead of taking no part, so a
 frozen unit sends a buffer of zeros and every buffer carries rows nobody needs (4.4); a depth below
 1 prefetches one unit anyway (the rule: no prefetch) (4.5).
 """
@@ -41,12 +38,11 @@ def backward_prefetch_targets(post_forward_order: list[str], current: str, depth
 
 class FSDPUnit(_Scaffold):
     gather_rows = staticmethod(gather_rows)
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
 
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
-
-    def post_backward(self) -> None:
-        self._uses -= 1  # Mistake: counted, never read: freed after every use's backward
-        self.reshard()
-        self.reduce_gradients()
+    def before_forward(self) -> None:
+        self.unshard()
+        self.wait_unshard()
+        for ahead in self.forward_prefetch:
+            ahead.unshard()  # Mistake: synchronous: the prefetch is waited for here, not in flight

@@ -2,15 +2,14 @@
 
 Lab 04: the reduced gradient written over a shard's ``.grad`` that is already there instead of added
 to it, so gradient accumulation keeps only the last micro-batch (4.4); a unit that ran twice placed in
-the backward order by its first finish, not its last (4.5); pre_backward gathers its own unit but
-starts no all-gather ahead for the next backward (4.3).
+the backward order by its first finish, not its last (4.5); before_backward makes its own unit whole
+but starts no all-gather ahead for the next backward (4.3).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.autograd import Variable
 
 from minigpt.parallel.fsdp_by_hand.gradients import global_grad_norm
 from minigpt.parallel.fsdp_by_hand.unit import FSDPUnit as _Scaffold
@@ -27,7 +26,6 @@ def reduce_gradients(unit) -> None:
         columns.append(padded.reshape(world, -1))
     buffer = torch.cat(columns, dim=1).reshape(-1)
     out = buffer.new_empty(buffer.numel() // world)
-    unit.record_collective("reduce-scatter", buffer, is_async=False)
     dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     out /= world
     offset = 0
@@ -50,17 +48,10 @@ def backward_prefetch_targets(post_forward_order: list[str], current: str, depth
 
 
 class FSDPUnit(_Scaffold):
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
     global_grad_norm = staticmethod(global_grad_norm)
     backward_prefetch_targets = staticmethod(backward_prefetch_targets)
 
-    def pre_backward(self) -> None:
-        if self is self.root and not self.root._callback_queued:
-            self.root._callback_queued = True
-            Variable._execution_engine.queue_callback(self.root._finish_backward)
+    def before_backward(self) -> None:
         self.unshard()
-        self.wait_unshard()  # Mistake: no unshard(async_op=True) of the units whose backward comes next
-        if self is not self.root:
-            self.event("backward")
-
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
+        self.wait_unshard()  # Mistake: no all-gather ahead for the units whose backward comes next

@@ -24,7 +24,6 @@ def reduce_gradients(unit) -> None:
     buffer = torch.cat([p.full.grad.to(unit.reduce_dtype).reshape(-1) for p in params])  # Mistake: no padding
     buffer = torch.cat([buffer, buffer.new_zeros(-buffer.numel() % world)])  # only made divisible as a whole
     out = buffer.new_empty(buffer.numel() // world)
-    unit.record_collective("reduce-scatter", buffer, is_async=False)
     dist.reduce_scatter_single(out, buffer, op=dist.ReduceOp.SUM, group=unit.group)
     out /= world
     out = torch.cat([out, out.new_zeros(sum(p.shard.numel() for p in params) - out.numel())])
@@ -37,5 +36,4 @@ def reduce_gradients(unit) -> None:
 
 
 class FSDPUnit(_Scaffold):
-    def reduce_gradients(self) -> None:
-        reduce_gradients(self)
+    reduce_scatter_gradients = staticmethod(reduce_gradients)
