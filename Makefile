@@ -19,7 +19,7 @@ BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 SLURM_NOTE = $(VENV)/slurm-not-installed.txt
 SLURM_PROGRAMS ?= /usr/bin/sbatch /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged
 
-.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07
+.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07 check-memory
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -166,7 +166,13 @@ check-times: $(STAMP)
 kernel-sets: $(STAMP)
 	$(PY) -m minigpt.runners.checks kernel-sets --out $(RESULTS)
 
+# Maintainers: the memory each lab's default run takes, all its processes at once (README, Platforms); about 25 min.
+check-memory: $(STAMP)
+	$(PY) -m minigpt.runners.checks memory --out $(RESULTS)
+
 results-01: results-01-checks
+	$(TORCHRUN) lab/01_ddp.py --quiet --trace out/lab01-trace --report $(RESULTS)/01-trace-cpu.json
+	$(PY) lab/01_ddp.py --render $(RESULTS)/01-trace-cpu.json
 	$(PY) lab/01_drift.py --out $(RESULTS)
 	$(PY) lab/01_drift.py --sources 0,286 --out $(RESULTS)
 	$(TORCHRUN) lab/01_benchmark.py --out $(RESULTS)

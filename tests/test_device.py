@@ -301,3 +301,17 @@ def test_the_rulers_on_cuda_turn_tf32_off_and_determinism_on(monkeypatch):
             torch.backends.cudnn.deterministic,
         ) = saved[:4]
         torch.use_deterministic_algorithms(saved[4], warn_only=saved[5])
+
+
+def test_lab01s_page_quotes_the_line_a_one_gpu_laptop_prints():
+    """Lab 01's guide (both languages) shows the line make demo's rank 0 prints on a machine with one GPU:
+    the one the decision gives for 2 ranks and 1 GPU, with make demo's arguments."""
+    from pathlib import Path
+
+    argv = ["--check", "--report", "out/lab01.json"]
+    args = parsed(lab01_ddp, argv)
+    where = entry.placement(lab01_ddp.PROG, args, argv, 2, lambda n: lab01_ddp.check_args(args, n), seen(1, 2))
+    root = Path(__file__).resolve().parent.parent
+    for page in ("lab/01-ddp-from-scratch.md", "lab/01-ddp-from-scratch.es.md"):
+        text = (root / page).read_text(encoding="utf-8")
+        assert f"\n[rank 0] {where.note}\n" in text, f"{page} does not quote: [rank 0] {where.note}"

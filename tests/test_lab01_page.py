@@ -317,3 +317,20 @@ def test_the_rulers_table_is_the_default_runs_report_rendered(pages):
         assert (RESULTS / f"01-check-adamw-cpu-{lang}.txt").read_text() == rulers.table(report, lang)
         assert f'--8<-- "lab/results/01-check-adamw-cpu-{lang}.txt"' not in pages[lang]  # inlined by the pages
         assert rulers.table(report, lang).splitlines()[2] in pages[lang]
+
+
+def test_the_trace_section_says_what_the_committed_trace_shows(pages):
+    """Section 10's trace: the committed run was traced on 2 ranks at steps 5 to 7 (the ones --trace records),
+    one all-reduce per bucket in each step, and, as the page says, every all-reduce but the last started while
+    backward still ran; its figure is on the page in both languages."""
+    from minigpt import profiler
+
+    report = result("01-trace-cpu.json")
+    steps = report["trace"]["steps"]
+    assert report["world_size"] == 2 and [s["step"] for s in steps] == list(profiler.traced_steps(report["steps"]))
+    for s in steps:
+        assert [c["name"] for c in s["collectives"]] == ["gloo:all_reduce"] * len(report["buckets"]), s
+        assert all(c["start_ms"] < s["backward_ms"][1] for c in s["collectives"][:-1]), s
+    for lang, page in pages.items():
+        assert f"results/01-trace-cpu-{lang}.png" in page and (RESULTS / f"01-trace-cpu-{lang}.png").is_file()
+        assert "--trace out/lab01-trace" in page

@@ -193,3 +193,37 @@ def test_a_failing_apt_get_is_one_warning_and_the_browser_test_says_why_it_did_n
         r"apt-get failed \(exit status 100: E: Could not get lock",
         not_run[0],
     ), suite.stdout[-2000:]
+
+
+# --- every make target the pages use, without make -------------------------------------------------------------
+
+# the maintainers' targets (CONTRIBUTING names them): re-measuring the committed results and checking the pins
+MAINTAINERS = re.compile(
+    r"^(results(-\d\d.*)?|check-times|check-memory|kernel-sets|check-pins|clean|format|browser|slurm)$"
+)
+
+
+def make_targets_used() -> set[str]:
+    """The make targets the pages, READMEs and notebooks tell a learner to type (``make demo``, ``make grade``)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, flags=re.M))
+    used = set()
+    for pattern in ("README*.md", "lab/*.md", "theory/*.md", "docs/*.md", "notebooks/*.ipynb"):
+        for path in ROOT.glob(pattern):
+            used |= {t for t in re.findall(r"\bmake ([a-z][\w-]*)", path.read_text(encoding="utf-8")) if t in targets}
+    return {t for t in used if not MAINTAINERS.match(t)}
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README.es.md"])
+def test_every_make_command_a_page_uses_has_its_plain_equivalent(readme):
+    """README "Platforms" (both languages) shows, in its set-up without make, the command behind every make
+    target a learner is told to type, and LANG=es's variable."""
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    heading = "### Set-up without make" if readme == "README.md" else "### Preparar el entorno sin make"
+    block = text[text.index(heading) :]
+    block = block[block.index("```bash") : block.index("```\n", block.index("```bash") + 7)]
+    used = make_targets_used()
+    assert {"demo", "test", "grade", "hint", "notebooks", "docs"} <= used, used
+    missing = sorted(t for t in used if f"# make {t}" not in block)
+    assert missing == [], f"{readme}'s set-up without make has no plain command for make {', make '.join(missing)}"
+    assert "MINIGPT_LANG=es" in block and "--device cpu" in block

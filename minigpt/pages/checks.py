@@ -87,13 +87,37 @@ def kernel_sets(result: dict, rows: list[dict], lang: str) -> str:
     return table(head, body, left=3) + _machine(result, lang)
 
 
+def memory(result: dict, rows: list[dict], lang: str) -> str:
+    def gb(x: int) -> str:
+        return num(x / 1e9, lang, 1) + " GB"
+
+    body = [
+        [
+            f"`python {r['command']}`" if r["command"].startswith("-m ") else f"`{r['command']}`",
+            num(r["ranks"], lang),
+            gb(r["peak_total_bytes"]),
+            num(round(r["peak_largest_process_bytes"] / 1e6), lang) + " MB",
+        ]
+        for r in rows
+    ]
+    head = [
+        tr(lang, "default run (torchrun --standalone)", "ejecución por defecto (torchrun --standalone)"),
+        tr(lang, "ranks", "ranks"),
+        tr(lang, "memory, all processes at once", "memoria, todos los procesos a la vez"),
+        tr(lang, "the largest process", "el proceso más grande"),
+    ]
+    return table(head, body, left=1) + _machine(result, lang, rows)
+
+
 def fragment(result: dict, lang: str) -> str:
-    section = times if result["what"] == "times" else kernel_sets
+    section = {"times": times, "kernel-sets": kernel_sets, "memory": memory}[result["what"]]
     labs = sorted({r["lab"] for r in result["rows"]})
+    parts = [(lab, [r for r in result["rows"] if r["lab"] == lab]) for lab in labs]
+    if result["what"] == "memory":  # the README's table: every lab
+        parts.append(("all", result["rows"]))
     return "".join(
-        f"<!-- --8<-- [start:{lab}] -->\n{section(result, [r for r in result['rows'] if r['lab'] == lab], lang)}"
-        f"<!-- --8<-- [end:{lab}] -->\n"
-        for lab in labs
+        f"<!-- --8<-- [start:{name}] -->\n{section(result, rows, lang)}<!-- --8<-- [end:{name}] -->\n"
+        for name, rows in parts
     )
 
 

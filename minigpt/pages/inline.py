@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE_GLOBS = ("theory/*.md", "lab/*.md")
+PAGE_GLOBS = ("theory/*.md", "lab/*.md", "README*.md")
 INCLUDE = re.compile(r'^--8<-- "([^"]+)"[ \t]*$', re.M)
 BLOCK = re.compile(
     r"^<!-- generated from (?P<source>\S+) by `python -m minigpt\.pages`: edit the source, not this block -->\n"

@@ -91,9 +91,9 @@ def rulers_on(device: torch.device) -> dict:
     On a CPU nothing changes: its kernels are deterministic. On CUDA three settings, each taken from
     PyTorch's reproducibility notes: TF32 off (an Ampere or newer GPU would otherwise round float32
     matrix products to 10 bits of mantissa, a drift of 1e-3, far above the 1e-5 rulers);
-    deterministic algorithms, where PyTorch has them (an embedding's backward adds with atomics,
-    whose order, and so whose float32 rounding, changes from run to run); cuBLAS's fixed workspace,
-    which those algorithms need. ``warn_only``: an operation with no deterministic version warns
+    deterministic algorithms, where PyTorch has them (``index_add_``, the backward of ``index_select``,
+    adds with atomics, whose order, and so whose float32 rounding, changes from run to run); cuBLAS's
+    fixed workspace, which those algorithms need. ``warn_only``: an operation with no deterministic version warns
     (naming it) instead of stopping the run. What stays different on a GPU is the order of the sums
     inside NCCL's all-reduce, which depends on the number of ranks and the GPUs' links: two ranks add
     two numbers (``a + b = b + a``, bit-identical to gloo and to PyTorch's DDP), more ranks do not."""

@@ -3,6 +3,7 @@ the checks themselves (the lab pages show their tables).
 
     python -m minigpt.runners.checks times --out lab/results            # make check-times
     python -m minigpt.runners.checks kernel-sets --out lab/results      # make kernel-sets
+    python -m minigpt.runners.checks memory --out lab/results           # make check-memory
     python -m minigpt.runners.checks times --only 01,04 --repeats 1     # a part of it
 
 ``times`` runs each check :data:`CHECKS` lists ``--repeats`` times (default 3) as a learner does
@@ -14,8 +15,11 @@ Run it on a quiet machine: it is a benchmark, and a busy machine measures the ot
 held together: see :mod:`minigpt.runners.lab01_kernel_sets`) and keeps its rulers: every criterion
 must hold on every kernel set, and the table shows by how much.
 
-Both write ``checks-{times,kernel-sets}-cpu.json`` and their tables (``-en.txt`` / ``-es.txt``, one
-section per lab: :mod:`minigpt.pages.checks`).
+``memory`` runs each check once and keeps the peak of the resident memory of all its processes
+together (torchrun and every rank: what a learner's machine must hold) and of the largest one.
+
+Each writes ``checks-{times,kernel-sets,memory}-cpu.json`` and its tables (``-en.txt`` / ``-es.txt``,
+one section per lab: :mod:`minigpt.pages.checks`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ CHECKS: list[tuple[str, str, int, list[str]]] = [
     ("06", "mesh", 4, ["lab/06_mesh.py", "--check", "--shard", "2"]),
     ("07", "nd-parallel", 8, ["lab/07_nd_parallel.py", "--check"]),
 ]
+# the runs the memory table adds: Lab 00's single process (plain python) and Lab 03's two scripts
+MEMORY_ONLY: list[tuple[str, str, int, list[str]]] = [
+    ("00", "train", 1, ["-m", "minigpt.train"]),
+    ("03", "fsdp-prefetch", 2, ["lab/03_fsdp_prefetch.py"]),
+    ("03", "fsdp-practice", 2, ["lab/03_fsdp_practice.py"]),
+]
 QUIET = {
     "lab/01_ddp.py",
     "lab/04_fsdp.py",
@@ -61,20 +71,82 @@ QUIET = {
 }
 
 
-def run_check(ranks: int, script: list[str], report: Path, env: dict, timeout_s: float) -> tuple[int, float, str]:
-    """One check as a learner runs it: its exit status, wall-clock seconds and the end of its output."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *script]
-    command += ["--report", str(report)] + (["--quiet"] if script[0] in QUIET else [])
+def run_check(
+    ranks: int, script: list[str], report: Path, env: dict, timeout_s: float, memory: dict | None = None
+) -> tuple[int, float, str]:
+    """One check as a learner runs it: its exit status, wall-clock seconds and the end of its output.
+    With ``memory`` (a dict), the peak resident memory of the whole run is kept in it (:class:`MemoryWatch`)."""
+    if script[0] == "-m":  # a plain python module (Lab 00's trainer): one process, its checkpoint beside the report
+        command = [sys.executable, *script, "--quiet", "--out", str(report.with_suffix(".pt"))]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *script]
+        command += ["--report", str(report)] + (["--quiet"] if script[0] in QUIET else [])
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    return proc.returncode, time.perf_counter() - t0, (proc.stdout + proc.stderr)[-2000:]
+    with tempfile.TemporaryFile("w+") as output:
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        watch = MemoryWatch(proc.pid) if memory is not None else None
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise subprocess.TimeoutExpired(command, timeout_s)
+            if watch is not None:
+                watch.look()
+            time.sleep(MemoryWatch.EVERY_S)
+        if memory is not None:
+            memory.update(watch.peaks())
+        output.seek(0)
+        return proc.returncode, time.perf_counter() - t0, output.read()[-2000:]
+
+
+class MemoryWatch:
+    """The resident memory of a process and every process under it, looked at every quarter second
+    (Linux's /proc): the peak of their sum (what the machine must hold at once) and of the largest one."""
+
+    EVERY_S = 0.25
+
+    def __init__(self, pid: int):
+        self.pid, self.total, self.largest = pid, 0, 0
+
+    @staticmethod
+    def rss(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        found, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children.get(pid, [])
+        return found
+
+    def look(self) -> None:
+        sizes = [self.rss(pid) for pid in self.tree()]
+        self.total, self.largest = max(self.total, sum(sizes)), max(self.largest, max(sizes, default=0))
+
+    def peaks(self) -> dict:
+        return {"peak_total_bytes": self.total, "peak_largest_process_bytes": self.largest}
 
 
 def rulers_of(report: dict) -> dict:
@@ -105,7 +177,11 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter)
-    p.add_argument("what", choices=("times", "kernel-sets"), help="time the checks, or run them under each kernel set")
+    p.add_argument(
+        "what",
+        choices=("times", "kernel-sets", "memory"),
+        help="time the checks, run them under each kernel set, or measure the memory each takes (once each)",
+    )
     p.add_argument("--only", default=None, help="comma list of labs (01, 02, 04, 05, 06, 07); default: all")
     p.add_argument("--repeats", type=cli.POSITIVE_INT, default=3, help="times: runs of each check (the median is kept)")
     p.add_argument("--out", default="out", help="folder for checks-<what>-cpu.json and its tables")
@@ -114,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from minigpt.pages import checks as page
 
-    labs = sorted({lab for lab, *_ in CHECKS})
+    labs = sorted({lab for lab, *_ in CHECKS + (MEMORY_ONLY if args.what == "memory" else [])})
     try:
         if args.render:
             source = cli.input_json(args.render, "--render", ("what", "rows"), "lab/results/checks-times-cpu.json")
@@ -132,17 +208,17 @@ def main(argv: list[str] | None = None) -> int:
         return cli.refuse(PROG, str(exc))
     rows = []
     native = kernel_sets.native_capability()
-    sets = [None] if args.what == "times" else [k for k in kernel_sets.ORDER if kernel_sets.supported(k, native)]
-    for lab, name, ranks, script in CHECKS:
+    sets = [None] if args.what != "kernel-sets" else [k for k in kernel_sets.ORDER if kernel_sets.supported(k, native)]
+    for lab, name, ranks, script in sorted(CHECKS + (MEMORY_ONLY if args.what == "memory" else []), key=lambda c: c[0]):
         if lab not in only:
             continue
         for kernel_set in sets:
             env = dict(os.environ) if kernel_set is None else kernel_sets.environment(kernel_set)
-            runs, report = [], {}
+            runs, report, memory = [], {}, ({} if args.what == "memory" else None)
             for _ in range(args.repeats if args.what == "times" else 1):
                 with tempfile.TemporaryDirectory() as tmp:
                     path = Path(tmp) / "report.json"
-                    code, seconds, tail = run_check(ranks, script, path, env, args.timeout)
+                    code, seconds, tail = run_check(ranks, script, path, env, args.timeout, memory)
                     report = json.loads(path.read_text()) if path.exists() else {}
                 runs.append({"exit": code, "seconds": round(seconds, 1)})
                 label = f"{lab} {name}, {ranks} ranks" + (f", {kernel_set}" if kernel_set else "")
@@ -152,10 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             row = {"lab": lab, "name": name, "ranks": ranks, "command": " ".join(script), "runs": runs}
             if args.what == "times":
                 row["median_seconds"] = statistics.median(r["seconds"] for r in runs)
+            elif args.what == "memory":
+                row.update(memory)
             else:
                 row.update(kernel_set=kernel_set, **rulers_of(report))
             rows.append(row)
-    result = {"what": args.what, "machine": machine(), "repeats": args.repeats, "rows": rows}
+    repeats = args.repeats if args.what == "times" else 1
+    result = {"what": args.what, "machine": machine(), "repeats": repeats, "rows": rows}
     path = cli.make_parents(out / f"checks-{args.what}-cpu.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     for written in [path, *page.render(path)]:

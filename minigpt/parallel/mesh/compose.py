@@ -117,8 +117,8 @@ def nd_grad_norm(model: nn.Module, tp_cut: set[int], tp_group: dist.ProcessGroup
     made of Lab 04 units; ``tp_cut`` the ids of the units' shards whose TP-local tensor is a TP slice
     (the others are whole on every TP rank). The shard group's all-reduce is recorded by the unit
     (Lab 04's record); the tp group's one number goes on ``counter``."""
-    from minigpt.parallel.fsdp_by_hand.api import find_units
     from minigpt.parallel.fsdp_by_hand.gradients import local_norms
+    from minigpt.parallel.fsdp_by_hand.marks import find_units
 
     shards = [p for p in model.parameters() if p.grad is not None]
     unit = find_units(model)[0]
