@@ -262,8 +262,9 @@ def _exercise_lines(tests: list[Result], exercise: str, unwritten: list[str], la
         tasks = dict.fromkeys(task_line(r.reason, lang) for r in tests if r.kind == "not written")
         lines += [f"    {words['not_written'].format(task=task)}" for task in tasks]  # once each
     for r in tests:
-        if r.kind == NOT_GRADED:
-            lines.append(f"    {words['not_graded'].format(points=r.points)} {r.name}: {r.reason}")
+        if r.kind == NOT_GRADED:  # its reason says why after the words "not graded", already said here
+            why = r.reason.removeprefix(f"{NOT_GRADED}: ")
+            lines.append(f"    {words['not_graded'].format(points=r.points)} {r.name}: {why}")
         elif not r.passed:
             if r.kind == "not written":
                 why = waits or words["not_written_short"]

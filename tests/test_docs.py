@@ -204,3 +204,17 @@ def test_each_lab_page_shows_its_checks_measured_times(lab):
         page = (ROOT / "lab" / f"{CHECK_PAGES[lab]}{suffix}").read_text(encoding="utf-8")
         source = f"lab/results/checks-times-cpu-{lang}.txt:{lab}"
         assert f"<!-- generated from {source} by" in page, f"{CHECK_PAGES[lab]}{suffix} does not show {source}"
+
+
+@pytest.mark.parametrize(
+    ("readme", "heading", "words"), [(READMES[0], "## Quick start", 250), (READMES[1], "## Inicio rápido", 290)]
+)
+def test_the_quick_start_is_short(readme, heading, words):
+    """What the two commands do, what they print and how long they take: no diary of past timings (those
+    belong to the lab pages and CONTRIBUTING). Spanish runs about a tenth longer than English."""
+    text = readme.read_text(encoding="utf-8")
+    section = text[text.index(heading) : text.index("\n## ", text.index(heading) + 1)]
+    assert len(section.split()) <= words, (
+        f"{readme.name}'s quick start has {len(section.split())} words, at most {words}"
+    )
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", section), f"{readme.name}'s quick start dates its timings"

@@ -499,6 +499,16 @@ NAMED_CAUSES = {
         {"test_global_grad_norm_is_fsdp2s_to_the_bit": 1},
         ("the same norm on paper, another rounding", "combine per parameter first, as FSDP2 does"),
     ),
+    "last_rank_index_error": (  # one rank crashes in reduce@4.4: charged there, once
+        "4.4",
+        {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},
+        ("rank 1, reduce@4.4: IndexError", "(in lab04_fsdp.py, line "),
+    ),
+    "data_group_in_hsdp": (  # the bytes right, the groups not: no other test looks at their names
+        "2.3",
+        {"test_hsdp_traffic_inside_and_across": 2},
+        ("your collectives' groups are ['data', 'replica'], expected ['replica', 'shard']",),
+    ),
     "forgot_the_ring_factor": (  # the buffer's size, as if the ring sent each byte once
         "P1.1",
         {"test_your_prediction_is_what_the_code_measures[P1.1]": 1},
@@ -549,6 +559,19 @@ def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(graded, f
     for r in report.results:
         if not r.passed:
             assert r.kind == "failed" and all(w in r.reason for w in words), f"{r.name}: {r.reason}"
+
+
+def test_a_crash_in_one_test_leaves_the_next_not_graded_not_failed(graded):
+    """tests/pitfalls/last_rank_index_error/: reduce_gradients raises on the last rank only, and the other rank
+    waits in its reduce-scatter. The test of reduce_gradients loses its points with rank 1's own error and line;
+    global_grad_norm, correct (the reference's) but run next on the same two ranks, is not graded, not failed,
+    and says why: the earlier crash, named first."""
+    report = report_of(graded, "cause last_rank_index_error")
+    norm = next(r for r in report.results if r.name == "test_global_grad_norm_is_the_norm_of_the_whole_gradient")
+    assert norm.kind == NOT_GRADED and not norm.passed, (norm, report.text)
+    assert "it ran after 'reduce@4.4', where rank 1, reduce@4.4: IndexError" in norm.reason, norm.reason
+    assert "(in lab04_fsdp.py, line " in norm.reason and "fix that one first" in norm.reason, norm.reason
+    assert report.text.count("IndexError") == 2, report.text  # its line, and the reason of what it left ungraded
 
 
 # tests/pitfalls/one_rule_each/: one stated rule broken per exercise, graded one exercise at a time

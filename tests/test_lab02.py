@@ -389,6 +389,23 @@ def test_hsdp_traffic_inside_and_across(lab02):
         f"{num(2 * 3 / 4 * psi / 8 * 2)}: cada rank hace all-reduce solo de su fragmento del gradiente (Ψ/S "
         "elementos) con las R réplicas que tienen el mismo fragmento (grupo 'replica')",
     )
+    groups = sorted({c.group for c in lab02.step_collectives(psi, 3, s, r)})
+    assert groups == ["replica", "shard"], say(
+        f"{where}: your collectives' groups are {groups}, expected ['replica', 'shard']: with replicas the weights "
+        "and the gradient shards travel in the shard group ('shard', S devices), the shards' all-reduce across the "
+        "replicas ('replica'); 'data' is the group of every device, which HSDP never joins whole",
+        f"{where}: los grupos de tus colectivas son {groups}, se espera ['replica', 'shard']: con réplicas los pesos "
+        "y los fragmentos del gradiente viajan en el grupo de fragmentación ('shard', S dispositivos), y el "
+        "all-reduce de los fragmentos entre las réplicas ('replica'); 'data' es el grupo de todos los "
+        "dispositivos, que HSDP nunca forma entero",
+    )
+    plain = sorted({c.group for c in lab02.step_collectives(psi, 3, 32)})
+    assert plain == ["data"], say(
+        f"step_collectives(1e9, 3, 32), plain ZeRO-3: your groups are {plain}, expected ['data']: with one replica "
+        "the shard group is every device",
+        f"step_collectives(1e9, 3, 32), ZeRO-3 sin réplicas: tus grupos son {plain}, se espera ['data']: con una "
+        "sola réplica el grupo de fragmentación son todos los dispositivos",
+    )
     across = comm.traffic(lab02.step_collectives(psi, 3, 32)).across
     assert across == 0, say(
         f"step_collectives(1e9, 3, 32), plain ZeRO-3 with replicas=1: {num(across)} bytes sent across replicas, "
