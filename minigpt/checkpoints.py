@@ -15,9 +15,8 @@ when complete**:
   takes two renames. :func:`new_folder` makes a sibling ``<name>.<8 random>.tmp/`` that every
   writer fills; :func:`commit_folder` writes the *completion marker* ``complete.json`` last (every
   file with its size and SHA-256), renames the old folder aside (``<name>.<8 random>.old``),
-  renames the new one in, and removes the old. A folder without the marker was never finished,
-  and :func:`check_folder` refuses it, as it refuses a listed file that is missing, shorter or
-  changed.
+  renames the new one in, and removes the old. :func:`check_folder` refuses a folder without the
+  marker (it was never finished) and one with a listed file missing, shorter or changed.
 
 Where an interruption can land, and what it leaves (at the checkpoint's path; beside it):
 
@@ -36,9 +35,8 @@ the first one's temporary files for leftovers. And ``fsync``: a killed process l
 reached the kernel, but a power cut loses what was not on the disk yet, so every file is synced
 before the marker that vouches for it, and every folder after a rename in it.
 
-The module has no torch in it (the callers hand it a function that writes); :func:`check_tensors`
-compares any mapping of objects with ``.shape`` and ``.dtype``, so a later lab's numpy state can
-use it too.
+No torch here (the callers hand in a function that writes): :func:`check_tensors` compares any
+mapping of objects with ``.shape`` and ``.dtype``, a later lab's numpy state as well.
 """
 
 from __future__ import annotations

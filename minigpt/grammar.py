@@ -1,9 +1,7 @@
 """The grammar-tutor corpus: a tiny Spanish + English grammar, generated, never downloaded.
 
-The task
---------
-Every example is a short sentence that (usually) contains one grammar error, followed by the
-corrected sentence::
+**The task.** Every example is a short sentence that (usually) contains one grammar error,
+followed by the corrected sentence::
 
     <bos> nosotros habla español <sep> nosotros hablamos español <eos>
     <bos> yesterday she cooks the soup <sep> yesterday she cooked the soup <eos>
@@ -23,33 +21,22 @@ adverb are trusted, and only the verb or the determiner is corrected. A sentence
 adverb keeps the tense of the verb it was given, so there the error is one of person only (and a
 verb form that would make the tense ambiguous, like ``hablamos``, is never used as the error).
 
-Vocabulary
-----------
-Word level: every form of every word in :mod:`minigpt.lexicon`, plus four special tokens
-(``<pad>``, ``<bos>``, ``<sep>``, ``<eos>``): **609 tokens in all** (605 words). Lookup is
-case-insensitive (``Español`` -> ``español``, ``i`` -> ``I``). ``tests/test_grammar.py`` checks
-the count.
+**The vocabulary.** Word level: every form of every word in :mod:`minigpt.lexicon`, plus four
+special tokens (``<pad>``, ``<bos>``, ``<sep>``, ``<eos>``): **609 tokens in all** (605 words).
+Lookup is case-insensitive (``Español`` -> ``español``, ``i`` -> ``I``). ``tests/test_grammar.py``
+checks the count.
 
-Splits
-------
-A pool of distinct correct sentences is sampled with a seeded generator and each sentence is put
-in train, validation or test by a hash of its text, so the three splits never share a sentence
-(neither the correction nor, since the correction is unique, the erroneous input).
+**The splits.** A pool of distinct correct sentences is sampled with a seeded generator and each
+sentence is put in train, validation or test by a hash of its text, so the three splits never share
+a sentence (neither the correction nor, since the correction is unique, the erroneous input).
 
-Batches
--------
-Every sequence is ``block_size`` tokens long (default 32). The loss counts only the correction:
-the tokens after ``<sep>`` and the closing ``<eos>``. :func:`get_batch` is stateless: the global
-batch of a step is a function of (split, step, batch size, seed), and rank ``r`` of ``N``
-data-parallel workers takes rows ``r*B/N .. (r+1)*B/N - 1`` of it (:func:`rank_slice`). Every lab
-builds on that: N ranks together see exactly the batch one process sees.
-
-Kept between runs
------------------
-The first process to need the corpus generates it (:func:`generate_corpus`) and keeps it in
-``out/cache/`` (``MINIGPT_CACHE_DIR``); every later process reads it (:func:`build_corpus`,
-:func:`tokenized`). The files are named by a hash of this module's and :mod:`minigpt.lexicon`'s
-source, so a changed generator never reads an old file.
+**The batches.** Every sequence is ``block_size`` tokens long (default 32). The loss counts only
+the correction: the tokens after ``<sep>`` and the closing ``<eos>``. :func:`get_batch` is
+stateless: the global batch of a step is a function of (split, step, batch size, seed), and rank
+``r`` of ``N`` data-parallel workers takes rows ``r*B/N .. (r+1)*B/N - 1`` of it
+(:func:`rank_slice`). Every lab builds on that: N ranks together see exactly the batch one process
+sees. The first process to need the corpus generates it and keeps it in ``out/cache/`` for the
+others (:func:`cache_dir`; how and why: the comment above :data:`CACHE_VARIABLE`).
 """
 
 from __future__ import annotations

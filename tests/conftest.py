@@ -156,8 +156,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[impl_switch.ENV_VAR] = config.getoption("--impl")
     # One thread per process, this one too (unless OMP_NUM_THREADS says otherwise): the suite's second lane
     # keeps the other core busy, and two threads of this process spin-waiting for each other on a busy
-    # core are slower than one (under load, the resume test took 21 s on two threads, 10 s on one). The
-    # processes started from here inherit it.
+    # core are slower than one (under load, the resume test takes about twice as long on two threads as on
+    # one). The processes started from here inherit it.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -541,7 +541,7 @@ def default_run(request):
     per session, on one thread: two threads that spin-wait for each other on a busy two-core machine
     can take ten times as long, and the tests read only its accuracy and loss, not its last bits.
     Started in the background when the tests are collected (``start_default_run``); here its end is
-    waited for, within the same limit as before counted from its start.
+    waited for, within the fixture's limit (240 s, scaled by tests/limits.py) counted from its start.
     Returns the checkpoint path, the output, and the numbers of its final line."""
     start_default_run(request.config)  # already started, unless collection did not see a test that reads it
     run = request.config.stash[DEFAULT_RUN]

@@ -448,8 +448,8 @@ def ddp_against_torch(group, size: int) -> dict:
 
 
 def ddp_versions(group) -> dict:
-    """Lab 01's benchmark compares the DDP's earlier versions (minigpt/parallel/ddp_steps.py): each
-    must compute the same gradients as the reference, bit for bit (2 ranks)."""
+    """The DDP versions Lab 01's benchmark compares (minigpt/parallel/ddp_steps.py): each must compute
+    the same gradients as the reference, bit for bit (2 ranks)."""
     from minigpt.parallel.ddp_steps import VERSIONS
 
     grads = {}

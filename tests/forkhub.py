@@ -1,11 +1,11 @@
 """One server per suite that forks the ranks of every process of the suite (Linux).
 
-Importing torch with FSDP2, DTensor and dynamo is about 4 s of CPU, and before this server every
-process that started ranks paid it once more for a server of its own (:mod:`multiprocessing`'s
-forkserver): the suite's pytest process, and each of the grader's pytest processes (28 gradings in a
-whole run). Now the first process that needs ranks starts this server, and its address goes down to
-every process it starts (``MINIGPT_FORK_HUB``), so that the gradings' ranks are forked from the same
-warm server: one import of torch per suite.
+Importing torch with FSDP2, DTensor and dynamo is about 4 s of CPU, which every process that starts
+ranks (the suite's pytest process, and each of the grader's pytest processes: 28 gradings in a whole
+run) would pay again for a server of its own (:mod:`multiprocessing`'s forkserver). So the first
+process that needs ranks starts this server, and its address goes down to every process it starts
+(``MINIGPT_FORK_HUB``): the gradings' ranks are forked from the same warm server, one import of
+torch per suite.
 
 A rank is asked for over a Unix socket: one JSON line (the command, its environment, its two output
 files). The server forks; the child becomes the rank (:func:`rank_main`); the server answers the

@@ -6,16 +6,16 @@ starts 16 processes). On Linux the ranks are therefore forked from a server proc
 torch once (tests/forkhub.py): each rank gets its own environment, working directory, arguments,
 output files and thread count, then runs the script as ``python script`` would (``runpy``,
 ``__name__ == "__main__"``). The server also imports FSDP2 and DTensor (``torch.distributed.fsdp``,
-``torch.distributed.tensor``: 1.6 s of CPU that most ranks spent again; a grading of every lab went
-from 26.8 to 20.5 s of CPU), and ``torch._dynamo``, which ``torch.optim`` imports at the first
-optimizer (0.6 s in every rank that trains; a grading of every lab 19.3 to 17.0-17.8 s): at import
-they read only their own variables (sympy's, ``TORCH*``, ``TORCHINDUCTOR_*``), none the ranks set.
-Nothing else is imported before the fork, so every module of ours that reads the environment at
-import reads the rank's. One server serves the whole suite: the gradings' pytest processes find it in
-their environment (``MINIGPT_FORK_HUB``) instead of importing all that once more for a server of their
-own. Elsewhere (macOS, where forking after some system libraries is unsafe), or with
-``MINIGPT_FORK_RANKS=0``, or under a kernel set (the CPU's kernels are chosen once, from the
-environment the process started with), each rank is a fresh ``python`` process as before."""
+``torch.distributed.tensor``: about 1.6 s of CPU that most ranks would spend again) and
+``torch._dynamo``, which ``torch.optim`` imports at the first optimizer (about 0.6 s in every rank
+that trains): at import they read only their own variables (sympy's, ``TORCH*``,
+``TORCHINDUCTOR_*``), none the ranks set. Nothing else is imported before the fork, so every module
+of ours that reads the environment at import reads the rank's. One server serves the whole suite:
+the gradings' pytest processes find it in their environment (``MINIGPT_FORK_HUB``) instead of
+importing all that once more for a server of their own. Elsewhere (macOS, where forking after some
+system libraries is unsafe), or with ``MINIGPT_FORK_RANKS=0``, or under a kernel set (the CPU's
+kernels are chosen once, from the environment the process started with), each rank is a fresh
+``python`` process."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def test_this_machine_is_seen_as_it_is():
     where = launch.place("auto", here)
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert (where.backend, where.device_type) == ("nccl", "cuda")
-    else:  # the course's CPU machines: exactly as before, gloo on the CPU
+    else:  # the course's CPU machines: gloo on the CPU
         assert (where.backend, where.device_type) == ("gloo", "cpu")
 
 

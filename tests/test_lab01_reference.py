@@ -1,6 +1,6 @@
 """Lab 01, the course's own checks (not graded; they run in ``make test`` against the reference,
 never in ``make grade``): the reference's reduce-scatter and all-gather, the reference DDP held
-against PyTorch's on models it was not built for, the benchmark's earlier DDP versions, the
+against PyTorch's on models it was not built for, the DDP versions of the benchmark, the
 scaffolding's errors, and how a survivor finds the ranks that stopped answering. They read the same
 launch as tests/test_lab01.py (the ``ranks`` fixture of tests/ranks.py), in its "maintainer" scenarios.
 """

@@ -8,7 +8,9 @@ the files.
 * CONTRIBUTING.md's layout table names every script, runner and page module;
 * CONTRIBUTING.md's table of the suite's time lists exactly the test files that exist (the times are
   measured on a quiet machine and not checked: only that no file is missing or invented);
-* every make target that ``.PHONY`` or ``make help`` names has a rule.
+* every make target that ``.PHONY`` or ``make help`` names has a rule;
+* the code reads in the present tense: every module docstring is at most 40 lines, and no docstring
+  or comment tells the code's history (:data:`HISTORY_PATTERNS`).
 
 No torch here: the imports are read from the source (``ast``), not executed.
 """
@@ -16,7 +18,9 @@ No torch here: the imports are read from the source (``ast``), not executed.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -134,7 +138,7 @@ def test_contributing_times_exactly_the_test_files_that_exist():
 
 def test_every_make_target_named_has_a_rule():
     """Every target that `.PHONY` or `make help` names has a rule of its own. A phony target without one
-    does nothing and exits 0: `make test-fast` printed "Nothing to be done" while CONTRIBUTING told
+    does nothing and exits 0: `make test-fast` would print "Nothing to be done" where CONTRIBUTING tells
     contributors to run it."""
     text = (ROOT / "Makefile").read_text(encoding="utf-8")
     phony = set(re.search(r"^\.PHONY:(.*)$", text, flags=re.M).group(1).split())
@@ -190,3 +194,124 @@ def test_no_import_circle_in_the_package():
                     seen.add(dep)
                     stack.append((dep, path + [dep]))
     assert circles == [], "import circles:\n" + "\n".join(sorted(set(circles))[:10])
+
+
+# ----------------------------------------------------------------------------------------------
+# Code that reads in the present tense
+
+DOCSTRING_MAX_LINES = 40  # a longer story goes on the lab page the module points to
+PRESENT_TENSE_FILES = sorted(
+    p
+    for folder, pattern in (("minigpt", "**/*.py"), ("tests", "**/*.py"), ("lab", "*.py"), (".ci", "*.py"))
+    for p in (ROOT / folder).glob(pattern)
+    if "__pycache__" not in p.parts
+)
+# Sentences that tell the code's history (a past version's timing, what it used to do) instead of what it
+# does and why: history belongs in commit messages. Matched without case, across line breaks.
+HISTORY_PATTERNS = (
+    r"\bwent from\b",  # "a grading of every lab went from 26.8 to 20.5 s of CPU"
+    r"\b(was|were|took) (about )?[0-9.]+ ?(s|ms|min|minutes|seconds)\b",  # "(was 12 s)", "took 21 s"
+    r"\b[0-9.]+ ?(s|min) (of CPU )?(less|saved)\b",  # "about 3 s of CPU less per kernel"
+    r"\bused to (be|take|cost|do|run|need|spend|start|import|print)\b",  # "what the page used to do"
+    r"\b(an?|the) (earlier|previous|old|older) (version|implementation)\b",  # "an earlier version of ..."
+    r"\bbefore (this|the) (change|server|rewrite|refactor|fix|cut)\b",  # "before this server, every ..."
+    r"\bas before\b",  # "each rank is a fresh process as before"
+    r"\b(formerly|originally)\b",
+    r"\b(faster|slower|cheaper|less|more) than (before|it was|it used to)\b",
+    r"\b20\d\d-\d\d-\d\d\b[^.;]{0,40}\b[0-9.]+ ?(s|min)\b",  # a dated timing: "2026-11-20: 9 min 40 s"
+)
+HISTORY = re.compile("|".join(f"(?:{p})" for p in HISTORY_PATTERNS), flags=re.IGNORECASE)
+
+
+def module_docstring(source: str) -> str | None:
+    """The module's docstring as ``ast.get_docstring(clean=False)`` gives it, read from the file's first
+    tokens: a string statement before any other code."""
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.NL):
+            return ast.literal_eval(token.string) if token.type == tokenize.STRING else None
+    return None
+
+
+def docstrings_and_comments(source: str) -> list[tuple[int, str]]:
+    """(line, text) for every docstring of a module, class or function, and every comment with the
+    full-line comments that follow it (one text, so that a phrase wrapped across comment lines is
+    found); the whitespace of each text collapsed to single spaces."""
+    texts = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                texts.append((node.body[0].lineno, " ".join(doc.split())))
+    last = 0  # the line of the comment the current text ends with
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            words = " ".join(token.string.lstrip("#").split())
+            line = token.start[0]
+            if line == last + 1 and token.line.lstrip().startswith("#"):
+                texts[-1] = (texts[-1][0], f"{texts[-1][1]} {words}")
+            else:
+                texts.append((line, words))
+            last = line
+    return texts
+
+
+def history_in(source: str) -> list[tuple[int, str]]:
+    """(line, quote) for every match of :data:`HISTORY` in the docstrings and comments of ``source``.
+    Every such text is a piece of the source with its ``#`` and line breaks taken out, so a file whose
+    source so flattened matches nothing (most files) is not parsed."""
+    if not HISTORY.search(" ".join(source.replace("#", " ").split())):
+        return []
+    return [
+        (line, text[max(match.start() - 40, 0) : match.end() + 40])
+        for line, text in docstrings_and_comments(source)
+        for match in HISTORY.finditer(text)
+    ]
+
+
+def test_module_docstrings_are_at_most_40_lines():
+    """A module docstring says what the module is and why in at most :data:`DOCSTRING_MAX_LINES` lines;
+    the long story of a teaching module is on its lab page, the details of one function in that
+    function's docstring."""
+    long = []
+    for path in PRESENT_TENSE_FILES:
+        doc = module_docstring(path.read_text(encoding="utf-8"))
+        if doc and len(doc.splitlines()) > DOCSTRING_MAX_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {len(doc.splitlines())} lines")
+    assert long == [], f"module docstrings over {DOCSTRING_MAX_LINES} lines:\n" + "\n".join(long)
+
+
+def test_no_docstring_or_comment_tells_the_code_s_history():
+    """No docstring or comment of minigpt/, tests/, lab/*.py or .ci/ matches one of
+    :data:`HISTORY_PATTERNS`: a past version's timing ("went from 26.8 to 20.5 s", "(was 12 s)", "took
+    21 s", "3 s of CPU less"), what the code used to do, "an earlier version", "before this change",
+    "as before", "formerly", "faster than before", a dated timing. A measured reason stays when it is a
+    fact of today's code, in the present tense ("importing torch takes about 2 s of CPU, so the ranks
+    are forked"). This file is left out: it quotes what the patterns catch."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: ...{quote}..."
+        for path in PRESENT_TENSE_FILES
+        if path != Path(__file__).resolve()
+        for line, quote in history_in(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], "history in docstrings or comments (say what the code does, now):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("text", "history"),
+    [
+        ("a grading of every lab went from 26.8 to 20.5 s of CPU", True),
+        ("before this server every process paid it once more", True),
+        ("An earlier version of the launcher forked nothing", True),
+        ("the resume test took 21 s on two threads (was 10 s)", True),
+        ("torch already imported; about 3 s of CPU less per kernel", True),
+        ("fully_shard(model)  # what the page used to do", True),
+        ("# measured 2026-11-20 on the two-core machine: 9 min 40 s", True),
+        ("equal on paper, no longer FSDP2's norm to the bit", False),
+        ("importing torch takes about 1.7 s of CPU, so the ranks are forked", False),
+        ("the previous checkpoint is untouched, and the next save removes the leftovers", False),
+        ("DeepSpeed's main branch of 2026-08-22 (commit edaa722); the figures are per node", False),
+        ("Collective: every rank must call it. Used to check the run against one process.", False),
+    ],
+)
+def test_the_history_patterns_catch_history_and_only_history(text, history):
+    assert bool(HISTORY.search(text)) == history, f"{text!r}: {HISTORY.search(text)}"

@@ -292,9 +292,10 @@ def environment(graded, tmp_path: Path) -> dict[str, str]:
 
 
 def _forked_kernels() -> None:
-    """Start the kernels as forks of the suite's fork server (tests/forkhub.py, torch already imported;
-    about 3 s of CPU less per kernel), in a process group of their own as jupyter_client's own
-    ``launch_kernel`` does; any other kernel command, or where ranks are not forked, as before."""
+    """Start the kernels as forks of the suite's fork server (tests/forkhub.py: torch is imported there
+    already, about 3 s of CPU that a fresh kernel spends on it), in a process group of their own as
+    jupyter_client's own ``launch_kernel`` does; any other kernel command, or where ranks are not
+    forked, goes to jupyter_client's own ``launch_kernel``."""
     from jupyter_client.provisioning import local_provisioner
 
     original = local_provisioner.launch_kernel

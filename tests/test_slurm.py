@@ -284,9 +284,9 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={folder}/jobcomp.txt
 # finished jobs are never forgotten (0): sbatch --wait then asks every 2 s, and always finds the exit status. It
-# waits 2, 8 and then 32 s between questions while 2 s is less than half of MinJobAge (the default, 300, added
-# 14 s to a 28 s job), and a job forgotten between two questions (MinJobAge=6) gave "Job 1 no longer found and
-# exit code not found" and exit status 0
+# waits 2, 8 and then 32 s between questions while 2 s is less than half of MinJobAge (the default, 300, adds
+# about 14 s to a 28 s job), and a job forgotten between two questions (MinJobAge=6) gives "Job 1 no longer found
+# and exit code not found" and exit status 0
 MinJobAge=0
 NodeName=n1 NodeHostname=localhost Port={ports[1]} CPUs={cpus} State=UNKNOWN
 NodeName=n2 NodeHostname=localhost Port={ports[2]} CPUs={cpus} State=UNKNOWN

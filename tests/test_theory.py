@@ -672,7 +672,7 @@ def test_page_03_leaves_the_root_at_fsdp2_s_default(lang):
         model = MiniGPT(GPTConfig())
         for block in model.blocks:
             fully_shard(block, reshard_after_forward=True)
-        fully_shard(model, reshard_after_forward=True)  # what the page used to do
+        fully_shard(model, reshard_after_forward=True)  # True given to the root as well: it reshards too
         model._get_fsdp_state()._lazy_init()
         assert reshards(model)
     text = _prose("03-fsdp-in-practice", lang)

@@ -20,29 +20,15 @@ What does not depend on the language stays in Python, in :data:`READING`: the se
 each with its name and its notes' :class:`Pin` (key, module, qualified name, anchor). The words
 live in two Markdown files a translator can edit without touching Python,
 ``notes/reading.en.md`` (the source) and ``notes/reading.es.md`` (its translation), next to this
-module. Both have the same shape::
-
-    <!-- what this file is, and the rules for editing it -->
+module. Both have the same shape (the rules: :func:`parse_notes`)::
 
     ## FSDP2 (`fully_shard`): the forward pass {#fsdp2-forward}
 
-    `fully_shard(module)` gives a module an `FSDPState` (its hooks) and an `FSDPParamGroup` (its
-    parameters, ...) ... while the current module computes.
+    `fully_shard(module)` gives a module an `FSDPState` (its hooks) and an `FSDPParamGroup` ...
 
     ### fsdp2.root_pre_forward.wait_for_optimizer
 
     Runs once per forward, for the first FSDP module that runs (normally the root). ...
-
-* ``## <title> {#<section name>}`` opens a section: the title is text (translated), the name in
-  ``{#...}`` at the end of the line is its key. The paragraph under it is the section's intro.
-* ``### <note key>`` opens a note: the line is the key alone; the paragraph under it is the note.
-* A text is one paragraph. Its lines are stripped and joined with single spaces (spaces inside a
-  line are kept as written), so it can be wrapped anywhere (we wrap at 100 columns) and loads as
-  the same one-line string. A blank line ends the paragraph; more text after it, before the next
-  heading, is an error (the reading prints every text as one paragraph). A line of text cannot
-  start with ``#``: such a line is read as a heading and must be a valid one.
-* HTML comments on lines of their own (``<!--`` starts a line, ``-->`` ends one) are ignored: the
-  files open with one that tells a translator these rules.
 
 The module loads both files at import time (:func:`load_sections`) and checks each against
 :data:`READING`. A missing, unknown, duplicated or misplaced key, a note written as a section (or
@@ -370,7 +356,19 @@ def notes_file(lang: str, folder: Path | str = NOTES_DIR) -> Path:
 def parse_notes(path: Path | str) -> list[Entry]:
     """The headings of a notes file and their paragraphs, in file order (not yet checked
     against :data:`READING`). Raises :class:`NotesError` on anything that is not a comment, a
-    valid heading or one paragraph of text under a heading."""
+    valid heading or one paragraph of text under a heading. The rules of a notes file:
+
+    * ``## <title> {#<section name>}`` opens a section: the title is text (translated), the name in
+      ``{#...}`` at the end of the line is its key. The paragraph under it is the section's intro.
+    * ``### <note key>`` opens a note: the line is the key alone; the paragraph under it is the note.
+    * A text is one paragraph. Its lines are stripped and joined with single spaces (spaces inside a
+      line are kept as written), so it can be wrapped anywhere (we wrap at 100 columns) and loads as
+      the same one-line string. A blank line ends the paragraph; more text after it, before the next
+      heading, is an error (the reading prints every text as one paragraph). A line of text cannot
+      start with ``#``: such a line is read as a heading and must be a valid one.
+    * HTML comments on lines of their own (``<!--`` starts a line, ``-->`` ends one) are ignored: the
+      files open with one that tells a translator these rules.
+    """
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()

@@ -23,17 +23,10 @@ this file gives two measurements that work on both, and says exactly what each o
 
 2. **The peak** (:class:`PeakMemory`): over a region of code, the largest number of bytes held
    at one moment by tensors *allocated inside the region*: activations, all-gather buffers,
-   gradients, optimizer states created there, the temporaries of every op. On CPU it is the
-   running sum, in time order, of the allocations (+) and frees (-) that ``torch.profiler``
-   records with ``profile_memory=True``, each with its address; a free counts only when its
-   address was allocated inside the region (torch may also warn, once, "Memory block of unknown
-   size was allocated before the profiling started": such frees are not counted either). On
-   CUDA it is ``max_memory_allocated()`` minus ``memory_allocated()`` at the start, which also
-   subtracts frees of older tensors: the two agree when the region frees none of those.
-   The profiler sees the thread that entered the region (a CPU backward runs on that thread
-   too), not others: a tensor gloo's worker threads allocate is missed. Neither method counts
-   tensors alive before the region (a census does), nor memory that is not a torch tensor
-   (Python objects, gloo's own buffers, the allocator's cache).
+   gradients, optimizer states created there, the temporaries of every op. It does not count
+   tensors alive before the region (a census does); how it is measured on a CPU and on CUDA, and
+   what each method misses: :class:`PeakMemory`. Neither measurement counts memory that is not a
+   torch tensor (Python objects, gloo's own buffers, the allocator's cache).
 
 The two are used together: a census at each phase boundary (after init, forward, backward,
 optimizer step) says what is *kept*; the peak inside each phase says what the phase *needed*.
@@ -138,8 +131,16 @@ class PeakMemory:
 
     Every figure is measured from the same zero, the start of the region: a phase's peak
     includes what earlier phases allocated and still hold. ``end_bytes`` is what the region
-    left allocated. CPU: the ``torch.profiler`` memory events of this thread. CUDA: the caching
-    allocator's counters of the device. (What each counts: the module's docstring.)
+    left allocated. Neither method counts tensors alive before the region.
+
+    * CPU: the running sum, in time order, of the allocations (+) and frees (-) that
+      ``torch.profiler`` records with ``profile_memory=True``, each with its address; a free counts
+      only when its address was allocated inside the region (torch may also warn, once, "Memory
+      block of unknown size was allocated before the profiling started": such frees are not
+      counted either). The profiler sees the thread that entered the region (a CPU backward runs
+      on that thread too), not others: a tensor gloo's worker threads allocate is missed.
+    * CUDA: ``max_memory_allocated()`` minus ``memory_allocated()`` at the start, which also
+      subtracts frees of older tensors: the two agree when the region frees none of those.
     """
 
     def __init__(self, device: torch.device | str = "cpu"):

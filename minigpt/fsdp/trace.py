@@ -1,9 +1,10 @@
 """Watching a real FSDP run: which all-gather was issued when, what it carried, what it cost.
 
 PyTorch's FSDP is not edited. For the length of a ``with FSDPTracer(...)`` block the tracer puts
-thin wrappers around a few of FSDP's own methods and around the ``torch.distributed`` functions
-FSDP calls, adds hooks on every transformer block, and takes all of it away again on exit.
-Each rank records its own events; times are ``time.perf_counter()`` seconds since the step began.
+thin wrappers around a few of FSDP's own methods (which ones, per flavour: :class:`FSDPTracer`)
+and around the ``torch.distributed`` functions FSDP calls, adds hooks on every transformer block,
+and takes all of it away again on exit. Each rank records its own events; times are
+``time.perf_counter()`` seconds since the step began.
 
 What is recorded, per rank and per step:
 
@@ -13,24 +14,21 @@ What is recorded, per rank and per step:
   fires once FSDP's pre-backward unshard has returned) and ``backward end`` (a full backward hook
   on the block: the gradient of its input is complete). A full backward hook puts an identity
   step around the block's input and output; it changes no number.
-* **collectives** - every call FSDP makes to ``all_gather_single`` / ``all_gather_into_tensor`` /
-  ``all_gather`` (all-gather), ``reduce_scatter_single`` / ``reduce_scatter_tensor``
-  (reduce-scatter) and ``all_reduce``, with the *unit* it belongs to (the FSDP module whose parameters move: ``root``,
-  ``blocks.0``, ...), whether it is a *prefetch* (issued on behalf of a later unit), whether it
-  is asynchronous, and its tensor sizes. ``issued`` is the moment of the call; ``done`` is when
-  the call returns (a blocking call) or when the collective completes (an asynchronous call:
-  a callback on its future, run by the communication thread).
+* **collectives** - every call FSDP makes to a function of :data:`TRACED_COLLECTIVES` (its
+  all-gathers, reduce-scatters and all-reduces), with the *unit* it belongs to (the FSDP module
+  whose parameters move: ``root``, ``blocks.0``, ...), whether it is a *prefetch* (issued on behalf
+  of a later unit), whether it is asynchronous, and its tensor sizes. ``issued`` is the moment of
+  the call; ``done`` is when the call returns (a blocking call) or when the collective completes
+  (an asynchronous call: a callback on its future, run by the communication thread).
 * **waits** - the time the training thread spends inside ``Work.wait()`` for an asynchronous
   collective the tracer saw being issued.
 
 Definitions used in the lab's report:
 
-* **Bytes per rank** is counted as Lab 01 counts a ring (:mod:`minigpt.parallel.ring`): the bytes this
+* **Bytes per rank** is counted as Lab 01 counts a ring (:func:`ring_bytes_sent`): the bytes this
   rank *sends*. A ring all-gather of a full buffer of S elements sends every chunk but one,
   (N-1)/N * S; a reduce-scatter the same; an all-reduce both. The raw input and output sizes are
-  kept too: FSDP pads each parameter's first dimension to a multiple of N (FSDP2) or the unit's
-  flat parameter to a multiple of N (FSDP1), so every rank's shard has the same size, and the
-  padding shows as ``output_numel`` larger than the parameters.
+  kept too, and show FSDP's padding (:class:`Collective`).
 * **Exposed communication** is the time the training thread is blocked on communication: the
   whole duration of a blocking collective call, plus the time spent in ``Work.wait()`` for an
   asynchronous one. A collective that runs in the background while the thread computes costs
@@ -39,11 +37,6 @@ Definitions used in the lab's report:
   of it. On a CPU with gloo a blocking call blocks: only asynchronous all-gathers can overlap
   computation. (On a GPU every time here is when the host issued or learned of the work;
   device times need the PyTorch profiler.)
-
-The flavours: ``"fsdp2"`` (``fully_shard``: wrappers on ``FSDPParamGroup.unshard``,
-``wait_for_unshard``, ``post_backward`` and ``_prefetch_unshard``) and ``"fsdp1"``
-(``FullyShardedDataParallel``: wrappers on ``_runtime_utils._unshard``, ``_prefetch_handle``,
-``_reduce_grad`` and ``_reduce_grad_no_shard``).
 """
 
 from __future__ import annotations
@@ -90,7 +83,10 @@ def numel(tensors: torch.Tensor | list[torch.Tensor]) -> int:
 
 @dataclass
 class Collective:
-    """One collective call FSDP made."""
+    """One collective call FSDP made. ``input_numel`` and ``output_numel`` are its raw sizes, beside
+    the ring's ``sent_bytes``: FSDP pads each parameter's first dimension to a multiple of N (FSDP2)
+    or the unit's flat parameter to a multiple of N (FSDP1), so every rank's shard has the same size,
+    and the padding shows as ``output_numel`` larger than the parameters."""
 
     kind: str
     unit: str
@@ -148,6 +144,11 @@ class StepRecord:
 
 class FSDPTracer:
     """Records one rank's FSDP events while the ``with`` block lasts (see the module docstring).
+
+    ``flavour`` is ``"fsdp2"`` (``fully_shard``: wrappers on ``FSDPParamGroup.unshard``,
+    ``wait_for_unshard``, ``post_backward`` and ``_prefetch_unshard``) or ``"fsdp1"``
+    (``FullyShardedDataParallel``: wrappers on ``_runtime_utils._unshard``, ``_prefetch_handle``,
+    ``_reduce_grad`` and ``_reduce_grad_no_shard``).
 
     ``blocks`` lists ``(name, inner, outer)`` per transformer block: ``inner`` is the module that
     computes (the ``Block``), ``outer`` the one whose forward hooks run after FSDP registered its

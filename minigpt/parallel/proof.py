@@ -33,12 +33,7 @@ The rulers, each a key of every lab's report:
 :class:`Verdict` collects the rulers, prints one line per ruler and, when one is broken, one line
 naming it with the measured value: ``criterion_pass`` is the exit status.
 
-**The single-process work is shared over the ranks.** Every step's twin (one process's step on
-the whole batch, and two float64 forwards of the probe) costs more than a rank's share of the
-distributed step. The rank that owns step ``s`` (``s % world_size``) keeps the state before and
-after it; every ``window`` steps each rank computes the twins of the steps it owns, and one
-all-reduce shares the drifts. (A twin computed right after its step would make the other ranks
-wait for it at the next collective: the training keeps the ranks in lockstep.)
+The single-process twins of the steps are shared over the ranks (:class:`SharedTwins`).
 """
 
 from __future__ import annotations
@@ -282,7 +277,14 @@ class DriftRun:
 
 class SharedTwins:
     """The twins of a run, shared over the ranks: rank ``s % world_size`` keeps step ``s``'s states
-    and computes its twin at the end of each window of steps."""
+    and computes its twin at the end of each window of steps.
+
+    Every step's twin (one process's step on the whole batch, and two float64 forwards of the probe)
+    costs more than a rank's share of the distributed step, so the ranks share the twins: the rank
+    that owns step ``s`` keeps the state before and after it; every ``window`` steps each rank
+    computes the twins of the steps it owns, and one all-reduce shares the drifts. (A twin computed
+    right after its step would make the other ranks wait for it at the next collective: the
+    training keeps the ranks in lockstep.)"""
 
     def __init__(self, cfg: TrainConfig, ctx, twin_norm: str, window: int | None = None, also_own_norm: bool = False):
         self.cfg, self.ctx, self.twin_norm = cfg, ctx, twin_norm

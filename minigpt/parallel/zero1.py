@@ -5,9 +5,8 @@ parameters, the class of the optimizer to shard, and that optimizer's settings,
 
     optimizer = ZeroOneOptimizer(model.parameters(), torch.optim.AdamW, lr=3e-3, betas=(0.9, 0.95))
 
-and use it like any optimizer (``zero_grad``, ``backward``, ``step``), with no DDP wrapper:
-it synchronises the gradients itself. It follows ``torch.optim``'s rules, so that it can wrap any
-model, not only the one it was written for:
+and use it like any optimizer (``zero_grad``, ``backward``, ``step``), with no DDP wrapper: it
+synchronises the gradients itself. It follows ``torch.optim``'s rules, so it can wrap any model:
 
 * a parameter with ``requires_grad=False`` (frozen) is not in the sharded buffers at all: it
   costs no gradient and no optimizer state, and nothing ever changes it;
@@ -38,12 +37,7 @@ What happens, per parameter group:
    weights, 2(N-1)/N · 4Ψ in all (the same as DDP's all-reduce), plus 2(N-1)/N bytes per
    parameter for the marks.
 4. Gradient clipping needs the norm of the *whole* averaged gradient, which no rank holds:
-   :meth:`clip_grad_norm_` adds the squares of each rank's chunk with an all-reduce of one
-   number. ``minigpt.train.train_step`` calls it instead of ``torch.nn.utils.clip_grad_norm_``
-   when the optimizer has one.
-
-``zero_grad()`` always zeroes in place (``set_to_none`` is ignored): the gradients must stay
-views of the flat buffer.
+   :meth:`clip_grad_norm_` computes it with an all-reduce of one number.
 """
 
 from __future__ import annotations
@@ -202,7 +196,9 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
     def clip_grad_norm_(self, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
         """Clip the averaged gradient to ``max_norm`` by its global L2 norm (the sum of the
         squares of every rank's chunk, all-reduced); returns that norm, like
-        ``torch.nn.utils.clip_grad_norm_``. A gradient-less parameter's zeros add nothing."""
+        ``torch.nn.utils.clip_grad_norm_``. A gradient-less parameter's zeros add nothing.
+        ``minigpt.train.train_step`` calls it instead of ``torch.nn.utils.clip_grad_norm_`` when the
+        optimizer has one."""
         self.reduce_gradients()
         # the squares summed in the gradients' own dtype: a float64 run's norm in float32 would round
         # the clipping scale to float32 (8.8e-8 of step drift in float64, where 1e-15 is the algorithm)
@@ -244,6 +240,8 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:  # noqa: ARG002 (always in place)
+        """Zero every gradient in place, always (``set_to_none`` is ignored): the gradients must stay
+        views of the flat buffer."""
         for grad in self.flat_grads:
             grad.zero_()
         self.used.zero_()
@@ -277,7 +275,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         """The whole optimizer state, gathered from every rank: per group, per trainable parameter,
         its state as the inner optimizer would hold it for the whole parameter (``exp_avg``, ...
         of the parameter's shape, and ``step``), or None for a parameter that never had a
-        gradient. Collective: every rank must call it. Used to check the run against one process."""
+        gradient. Collective: every rank must call it. The check against one process reads it."""
         out = []
         for flat in self.groups:
             if flat is None:

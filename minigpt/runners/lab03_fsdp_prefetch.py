@@ -4,46 +4,40 @@
     torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --variants fsdp2-implicit,fsdp1-backward-post --steps 5
     python lab/03_fsdp_prefetch.py --render lab/results/03-prefetch-cpu.json
 
-FSDP cuts the model into *units*: here each transformer block is one unit and the root (the
-embeddings, the final norm and the tied output layer) is another. Between uses, every rank keeps
-only its shard (1/N) of a unit's parameters. Before a unit computes, an **all-gather** makes its
-parameters whole on every rank; after it, they are freed again (resharded); after its backward,
-a **reduce-scatter** leaves each rank the averaged gradient of its own shard. **Prefetching**
-issues a unit's all-gather *before* the unit needs it - while an earlier unit computes - so that
-the communication hides behind computation instead of stopping it.
+The page, with what each variant measured and why: lab/03-fsdp-prefetch.md. FSDP cuts the model
+into *units*: here each transformer block is one unit and the root (the embeddings, the final norm
+and the tied output layer) is another. Between uses, every rank keeps only its shard (1/N) of a
+unit's parameters. Before a unit computes, an **all-gather** makes its parameters whole on every
+rank; after it, they are freed again (resharded); after its backward, a **reduce-scatter** leaves
+each rank the averaged gradient of its own shard. **Prefetching** issues a unit's all-gather
+*before* the unit needs it - while an earlier unit computes - so that the communication hides
+behind computation instead of stopping it.
 
-The variants (:data:`~minigpt.fsdp.variants.VARIANTS`), each trained ``--steps`` steps (the first steps of
-:class:`~minigpt.train.TrainConfig`'s AdamW schedule) from the same seed, taking turns step by step:
+The variants (:data:`~minigpt.fsdp.variants.VARIANTS`), each trained ``--steps`` steps (the first
+steps of :class:`~minigpt.train.TrainConfig`'s AdamW schedule) from the same seed, step by step in turn:
 
 * FSDP2 (``fully_shard`` per block, then the root): ``fsdp2-implicit`` (the defaults: in backward,
   each unit's pre-backward prefetches the unit before it); ``fsdp2-explicit-forward`` (each unit
-  prefetches the next one in forward, ``set_modules_to_forward_prefetch``);
-  ``fsdp2-explicit-backward`` (each unit prefetches the *two* units before it in backward,
-  ``set_modules_to_backward_prefetch``); ``fsdp2-no-reshard`` (``reshard_after_forward=False``:
-  blocks stay whole from forward to backward, so backward gathers nothing);
-  ``fsdp2-async-unshard`` (the defaults with asynchronous unshards) and ``fsdp2-async-explicit``
-  (asynchronous unshards with both explicit prefetches).
-* FSDP1 (``FullyShardedDataParallel`` with ``ModuleWrapPolicy({Block})``): ``fsdp1-no-prefetch``
-  (``backward_prefetch=None``), ``fsdp1-backward-pre`` (``BACKWARD_PRE``, its default),
-  ``fsdp1-backward-post`` (``BACKWARD_POST``: prefetch after a block's backward, not before) and
-  ``fsdp1-forward-prefetch`` (``forward_prefetch=True``, from the second step on: it follows the
-  order recorded in the first).
+  prefetches the next in forward, ``set_modules_to_forward_prefetch``); ``fsdp2-explicit-backward``
+  (the *two* units before it in backward, ``set_modules_to_backward_prefetch``); ``fsdp2-no-reshard``
+  (``reshard_after_forward=False``: blocks stay whole from forward to backward, which gathers
+  nothing); ``fsdp2-async-unshard`` (the defaults, asynchronous unshards); ``fsdp2-async-explicit``
+  (asynchronous unshards, both explicit prefetches).
+* FSDP1 (``FullyShardedDataParallel``, ``ModuleWrapPolicy({Block})``, ``device_id=torch.device("cpu")``
+  to run on a CPU at all): ``fsdp1-no-prefetch`` (``backward_prefetch=None``), ``fsdp1-backward-pre``
+  (``BACKWARD_PRE``, its default), ``fsdp1-backward-post`` (``BACKWARD_POST``: prefetch after a
+  block's backward, not before), ``fsdp1-forward-prefetch`` (``forward_prefetch=True``, from the
+  second step on: it follows the order recorded in the first).
 
-On a CPU with gloo a blocking all-gather blocks: prefetching then changes *when* an all-gather is
-issued but nothing runs beside the computation. Only the asynchronous unshard lets gloo's own
-thread gather while the training thread computes (on a GPU, FSDP's separate CUDA streams do that
-for every variant). FSDP1 needs ``device_id=torch.device("cpu")`` to run on a CPU at all.
+On a CPU with gloo a blocking all-gather blocks: prefetching changes *when* it is issued, but only
+the asynchronous unshard lets gloo's own thread gather while the training thread computes (on a
+GPU, FSDP's separate CUDA streams do that for every variant).
 
 For every variant the lab records (:mod:`minigpt.fsdp.trace`) the order of events, a timeline
 figure, the all-gathers, reduce-scatters and all-reduces per step, the bytes each rank sends, the
-step time and the exposed communication time; and it checks equivalence with one process by
-Lab 01's rule: before each step the full parameters and optimizer state are gathered into a
-single-process MiniGPT, which takes the same step on the whole global batch; the largest
-|logit difference| on the probe batch after the two steps must be <= 1e-5. (The FSDP model's
-parameters after the step are gathered in full - an exact copy - into a plain MiniGPT for the
-probe, so no rank runs FSDP alone; the one-process steps are shared out between the ranks.)
-:func:`~minigpt.fsdp.variants.predict_event_order` states, from how FSDP works, the order in which each variant issues
-its all-gathers and reduce-scatters; the lab compares it with what really happened.
+step time and the exposed communication time. It checks every step against one process by Lab 01's
+rule (:class:`OneProcess`: |logit difference| <= 1e-5 on the probe batch), and the order of the
+collectives against :func:`~minigpt.fsdp.variants.predict_event_order`, derived from FSDP's rules.
 """
 
 from __future__ import annotations
@@ -176,8 +170,12 @@ class VariantRun:
 
 
 class OneProcess:
-    """Lab 01's check: from a run's full state before a step, one process takes the same step on
-    the whole global batch; its logits on the probe batch are compared with the run's after it."""
+    """Lab 01's check: from a run's full state before a step (parameters and optimizer state,
+    gathered), one process takes the same step on the whole global batch; its logits on the probe
+    batch are compared with the run's after it (at most :data:`equivalence.TOLERANCE`). The FSDP
+    model's parameters after the step are gathered in full (an exact copy) into a plain MiniGPT for
+    the probe, so no rank runs FSDP alone; :func:`run` shares the one-process steps out between the
+    ranks."""
 
     def __init__(self, cfg: TrainConfig, device: torch.device):
         self.cfg = cfg

@@ -26,17 +26,12 @@ chunks ``r`` and ``2 cp - 1 - r`` (one early, one late: the same work on every r
 
 **Backward: autograd through the ring.** The ring is one autograd function (:class:`_KVRing`):
 its forward runs the ``cp - 1`` exchanges and returns all ``cp`` blocks this rank met, stacked; its
-backward runs the ring the other way, each rank sending the accumulated gradient of the block it
-received last to the left and adding what comes from the right, so that after ``cp - 1`` transfers
-each rank holds the gradient of its own K and V, summed over every rank that used them. Everything
-else (the products, the online softmax) is differentiated by autograd. This was chosen because it is
-plainly correct: autograd writes the attention's backward, and one function keeps the order of the
-sends identical on every rank (a rank that uses no received block still takes part, since its own
-block, always used, is in the same output). The price, compared with a hand-written ring-attention
-backward: every rank keeps all the blocks it met until backward (the whole K and V, not one block),
-and the backward sends the gradient blocks only (``(cp-1)/cp`` of K and V again, the same bytes as
-forward) where the hand-written one sends K, V and their gradients round again (twice as many; the
-theory's ``V_CP`` counts that design).
+backward runs the ring the other way, so that each rank ends with the gradient of its own K and V,
+summed over every rank that used them. Everything else (the products, the online softmax) is
+differentiated by autograd. It is plainly correct: autograd writes the attention's backward, and
+one function keeps the order of the sends identical on every rank. What it costs in memory and
+bytes against a hand-written ring-attention backward: :class:`_KVRing`, and Lab 05's page
+(lab/05-tensor-and-context-parallel.md).
 
 A sequence length that ``cp`` (or ``2 cp`` when load-balanced) does not divide raises ValueError
 naming T and cp; there is no padding.
@@ -120,7 +115,18 @@ def online_softmax_step(
 
 class _KVRing(torch.autograd.Function):
     """Forward: ``kv`` (this rank's stacked K and V) round the ring; returns ``(cp, *kv.shape)``,
-    entry ``j`` the block of rank ``rank - j``. Backward: the gradients back round the other way."""
+    entry ``j`` the block of rank ``rank - j``. Backward: the gradients back round the other way,
+    each rank sending the accumulated gradient of the block it received last to the left and adding
+    what comes from the right, so that after ``cp - 1`` transfers each rank holds the gradient of its
+    own K and V, summed over every rank that used them.
+
+    One function for the whole ring keeps the order of the sends identical on every rank: a rank
+    that uses no received block still takes part, since its own block, always used, is in the same
+    output. The price, against a hand-written ring-attention backward: every rank keeps all the
+    blocks it met until backward (the whole K and V, not one block), and the backward sends the
+    gradient blocks only (``(cp-1)/cp`` of K and V again, the same bytes as forward) where the
+    hand-written one sends K, V and their gradients round again (twice as many; the theory's
+    ``V_CP`` counts that design)."""
 
     @staticmethod
     def forward(ctx, kv: torch.Tensor, group: Group, counter: ByteCounter) -> torch.Tensor:
