@@ -73,7 +73,7 @@ def meta_sharded_model(cfg: TrainConfig, device: torch.device) -> tuple[MiniGPT,
     with torch.device("meta"):
         model = MiniGPT(cfg.model_config())
     held = {"built on meta": parameter_bytes(model)}
-    shard(model, "block")
+    shard(model, "block", device=torch.device(device))
     held["sharded on meta"] = parameter_bytes(model)
     model.to_empty(device=device)
     rebuild_masks(model)

@@ -81,12 +81,24 @@ def units_of_policy(model: MiniGPT, policy: str) -> list[nn.Module]:
     raise ValueError(f"unknown wrap policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
-def shard(model: MiniGPT, policy: str = "block", mp_policy: MixedPrecisionPolicy | None = None) -> MiniGPT:
-    """``fully_shard`` every unit of ``policy``, innermost first, then the root; in place."""
+def shard(
+    model: MiniGPT,
+    policy: str = "block",
+    mp_policy: MixedPrecisionPolicy | None = None,
+    device: torch.device | None = None,
+) -> MiniGPT:
+    """``fully_shard`` every unit of ``policy``, innermost first, then the root; in place.
+
+    The mesh is on ``device`` (the parameters' device when not given): the ranks' device, not
+    the machine's GPU. A model built on ``meta`` names the device its shards will live on.
+    """
     from minigpt.fsdp.variants import world_mesh
 
+    device = device or next(model.parameters()).device
+    if device.type == "meta":
+        raise ValueError("shard: a model on meta needs device= (where its shards will be allocated)")
     kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
-    kwargs["mesh"] = world_mesh(next(model.parameters()).device)  # the ranks' device, not the machine's GPU
+    kwargs["mesh"] = world_mesh(device)
     for module in units_of_policy(model, policy):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
