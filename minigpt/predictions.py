@@ -72,30 +72,30 @@ QUESTIONS: dict[str, Question] = {
         "ZeRO-2's bytes against DDP's",
         "los bytes de ZeRO-2 frente a los de DDP",
         "Lab 02's simulator trains its MLP (widths 16, 32, 32, 8: three units of W and b, 1,864 float32 "
-        "numbers) on 4 workers. With ZeRO-2 (stage 2), how many bytes does worker 0 send in one step?",
+        "numbers) on 8 workers. With ZeRO-2 (stage 2), how many bytes does worker 0 send in one step?",
         "El simulador del laboratorio 02 entrena su MLP (anchos 16, 32, 32, 8: tres unidades de W y b, 1864 "
-        "números float32) con 4 procesos. Con ZeRO-2 (etapa 2), ¿cuántos bytes envía el proceso 0 en un paso?",
+        "números float32) con 8 procesos. Con ZeRO-2 (etapa 2), ¿cuántos bytes envía el proceso 0 en un paso?",
         "ZeRO-2 reduce-scatters each gradient and all-gathers the updated weights: two halves of a ring "
-        "all-reduce, 2 x 3/4 x 1,864 x 4 bytes, exactly what DDP sends. Sharding the gradients and the "
+        "all-reduce, 2 x 7/8 x 1,864 x 4 bytes, exactly what DDP sends. Sharding the gradients and the "
         "optimizer state costs no communication at all.",
         "ZeRO-2 hace reduce-scatter de cada gradiente y all-gather de los pesos actualizados: las dos mitades de "
-        "un all-reduce en anillo, 2 x 3/4 x 1864 x 4 bytes, exactamente lo que envía DDP. Fragmentar los "
+        "un all-reduce en anillo, 2 x 7/8 x 1864 x 4 bytes, exactamente lo que envía DDP. Fragmentar los "
         "gradientes y el estado del optimizador no cuesta comunicación alguna.",
     ),
     "P2.2": _q(
         "02",
         "ZeRO-3's bytes",
         "los bytes de ZeRO-3",
-        "The same MLP on the same 4 workers with ZeRO-3 (stage 3: the weights sharded too). How many bytes "
+        "The same MLP on the same 8 workers with ZeRO-3 (stage 3: the weights sharded too). How many bytes "
         "does worker 0 send in one step?",
-        "El mismo MLP con los mismos 4 procesos y ZeRO-3 (etapa 3: también los pesos fragmentados). ¿Cuántos "
+        "El mismo MLP con los mismos 8 procesos y ZeRO-3 (etapa 3: también los pesos fragmentados). ¿Cuántos "
         "bytes envía el proceso 0 en un paso?",
         "ZeRO-3 gathers every unit twice (before its forward and again before its backward) and reduce-scatters "
-        "its gradient once: three halves of an all-reduce, 1.5 times DDP's traffic, the price of holding a "
-        "quarter of the weights.",
+        "its gradient once: three halves of an all-reduce, 1.5 times DDP's traffic, the price of holding an "
+        "eighth of the weights.",
         "ZeRO-3 reúne cada unidad dos veces (antes de su pasada hacia delante y otra vez antes de la pasada hacia "
         "atrás) y hace reduce-scatter de su gradiente una vez: tres mitades de un all-reduce, 1,5 veces el "
-        "tráfico de DDP, el precio de guardar una cuarta parte de los pesos.",
+        "tráfico de DDP, el precio de guardar la octava parte de los pesos.",
     ),
     "P3.1": _q(
         "03",
@@ -129,45 +129,51 @@ QUESTIONS: dict[str, Question] = {
         "04",
         "our FSDP's bytes per step",
         "los bytes de nuestro FSDP por paso",
-        "Our FSDP on 2 ranks, each block a unit, then the root: each parameter cut along its rows, padded to a "
-        "multiple of 2 rows. How many bytes does one rank send in one step (all-gathers in forward and backward, "
+        "Our FSDP on 4 ranks, each block a unit, then the root: each parameter cut along its rows, padded to a "
+        "multiple of 4 rows (Lab 00 lists the shapes). How many bytes does one rank send in one step (all-gathers in forward and backward, "
         "reduce-scatters), in float32?",
-        "Nuestro FSDP con 2 ranks, cada bloque una unidad y luego la raíz: cada parámetro cortado por filas, con "
-        "relleno hasta un múltiplo de 2 filas. ¿Cuántos bytes envía un rank en un paso (all-gather en las dos "
+        "Nuestro FSDP con 4 ranks, cada bloque una unidad y luego la raíz: cada parámetro cortado por filas, con "
+        "relleno hasta un múltiplo de 4 filas (el laboratorio 00 da las formas). ¿Cuántos bytes envía un rank en un paso (all-gather en las dos "
         "pasadas, reduce-scatter), en float32?",
-        "On 2 ranks each collective sends half its buffer. The root is gathered once, each block twice, and every "
-        "unit reduce-scattered once: (root + 2 x blocks + all) x 4 bytes / 2, with the padded sizes (609 rows "
-        "become 610).",
-        "Con 2 ranks cada colectiva envía la mitad de su búfer. La raíz se reúne una vez, cada bloque dos, y cada "
-        "unidad hace un reduce-scatter: (raíz + 2 x bloques + todo) x 4 bytes / 2, con los tamaños con relleno "
-        "(609 filas pasan a 610).",
+        "On 4 ranks each collective sends 3/4 of its buffer. The root is gathered once, each block twice, and "
+        "every unit reduce-scattered once: (root + 2 x blocks + all) x 4 bytes x 3/4, with the padded sizes (the "
+        "embedding's 609 rows become 612; every other row count is already a multiple of 4).",
+        "Con 4 ranks cada colectiva envía 3/4 de su búfer. La raíz se reúne una vez, cada bloque dos, y cada "
+        "unidad hace un reduce-scatter: (raíz + 2 x bloques + todo) x 4 bytes x 3/4, con los tamaños con relleno "
+        "(las 609 filas del embedding pasan a 612; las demás ya son múltiplo de 4).",
     ),
     "P4.2": _q(
         "04",
         "the peak without resharding",
         "el pico sin volver a fragmentar",
-        "The same FSDP, but the blocks keep their gathered parameters after forward (reshard_after_forward="
-        "False). How many more bytes of parameters and gradients does one rank hold at the step's peak than "
-        "with resharding?",
-        "El mismo FSDP, pero los bloques conservan sus parámetros reunidos tras la pasada hacia delante "
-        "(reshard_after_forward=False). ¿Cuántos bytes más de parámetros y gradientes tiene un rank en el pico "
-        "del paso que al volver a fragmentar?",
-        "Exactly one block more. With resharding the peak comes in backward, with one block gathered and its "
-        "gradient; without it every block is still whole when backward starts, but each is freed after its own "
-        "backward, so the peak is where the last block's backward meets the others still gathered.",
-        "Exactamente un bloque más. Al volver a fragmentar, el pico llega en la pasada hacia atrás, con un bloque "
-        "reunido y su gradiente; sin hacerlo, todos los bloques siguen enteros al empezar la pasada hacia atrás, "
-        "pero cada uno se libera tras la suya, así que el pico está donde la pasada hacia atrás del último bloque "
-        "coincide con los demás aún reunidos.",
+        "The same FSDP on 4 ranks, with backward's prefetch (Exercise 4.3), but the blocks keep their gathered "
+        "parameters after forward (reshard_after_forward=False). At the step's peak, how much more memory of "
+        "parameters and gradients does one rank hold than with resharding? Count in blocks: one block's "
+        "parameters gathered (111,456 float32 numbers, 445,824 bytes) count 1.",
+        "El mismo FSDP con 4 ranks, con la precarga de la pasada hacia atrás (ejercicio 4.3), pero los bloques "
+        "conservan sus parámetros reunidos tras la pasada hacia delante (reshard_after_forward=False). En el pico "
+        "del paso, ¿cuánta memoria más de parámetros y gradientes tiene un rank que al volver a fragmentar? "
+        "Cuenta en bloques: los parámetros reunidos de un bloque (111 456 números float32, 445 824 bytes) "
+        "cuentan 1.",
+        "1.5 blocks (1 on 2 ranks). Without resharding the peak is the last block's backward: four blocks "
+        "whole and its full gradient, 5. With resharding the peak moves to block 1's backward: block 1 and its "
+        "full gradient, block 0 already prefetched, 3, plus the gradient shards left by blocks 3 and 2, 2 x 1/4. "
+        "5 - (3 + 2 x 1/4) = 1.5: not three blocks saved, because the prefetch and the shards also take room.",
+        "1,5 bloques (1 con 2 ranks). Sin volver a fragmentar, el pico es la pasada hacia atrás del último "
+        "bloque: cuatro bloques enteros y su gradiente completo, 5. Volviendo a fragmentar, el pico pasa a la "
+        "pasada hacia atrás del bloque 1: el bloque 1 y su gradiente completo, el bloque 0 ya precargado, 3, más "
+        "los fragmentos de gradiente que dejaron los bloques 3 y 2, 2 x 1/4. 5 - (3 + 2 x 1/4) = 1,5: no se "
+        "ahorran tres bloques, porque la precarga y los fragmentos también ocupan sitio.",
+        tolerance=0.01,
     ),
     "P5.1": _q(
         "05",
         "tensor parallelism's bytes",
         "los bytes del paralelismo de tensores",
         "MiniGPT with tensor parallelism on 2 ranks (no sequence parallelism), one step on its batch of 64 "
-        "rows of 64 tokens, hidden size 128, float32: how many bytes does one rank send?",
+        "rows of 32 tokens, hidden size 96, 4 blocks, float32: how many bytes does one rank send?",
         "MiniGPT con paralelismo de tensores en 2 ranks (sin paralelismo de secuencia), un paso con su lote de "
-        "64 filas de 64 tokens, dimensión oculta 128, float32: ¿cuántos bytes envía un rank?",
+        "64 filas de 32 tokens, dimensión oculta 96, 4 bloques, float32: ¿cuántos bytes envía un rank?",
         "Each block all-reduces its activations twice in forward (after attention and after the MLP) and twice "
         "in backward; the embedding and the output layer add one each, and the vocabulary-parallel loss three "
         "small ones of b s numbers. Every all-reduce of b s h numbers costs 2 (t-1)/t of it per rank: activations, "
@@ -182,9 +188,9 @@ QUESTIONS: dict[str, Question] = {
         "ring attention's bytes",
         "los bytes de la atención en anillo",
         "MiniGPT with context parallelism on 2 ranks (ring attention, load-balanced), one step on its batch "
-        "(64 rows of 64 tokens, 4 heads of 32, 4 blocks, float32): how many bytes does one rank send?",
+        "(64 rows of 32 tokens, 4 heads of 24, 4 blocks, float32): how many bytes does one rank send?",
         "MiniGPT con paralelismo de contexto en 2 ranks (atención en anillo, equilibrada), un paso con su lote "
-        "(64 filas de 64 tokens, 4 cabezas de 32, 4 bloques, float32): ¿cuántos bytes envía un rank?",
+        "(64 filas de 32 tokens, 4 cabezas de 24, 4 bloques, float32): ¿cuántos bytes envía un rank?",
         "Each attention passes its keys and values round the ring in forward, and again with their gradients in "
         "backward: per layer and direction, (cp-1)/cp of K and V. The weights never travel here (only the "
         "once-a-step gradient all-reduce, not counted): context parallelism moves activations, like tensor "

@@ -440,11 +440,11 @@ def reduction_problem(rank: int, reduction: dict) -> str:
             f"(congelados), llamó a {calls}: no se espera ninguna colectiva (lo mismo en cada rank)",
         )
     return say(
-        f"rank {rank}: reduce_gradients of unit {unit} called {calls}: expected one dist.reduce_scatter_single of "
-        f"one buffer of {n} elements (only the parameters whose full.grad is not None, each padded as its shard; a "
+        f"rank {rank}: reduce_gradients of unit {unit} called {calls}: expected one reduce-scatter "
+        f"(dist.reduce_scatter_single or reduce_scatter_tensor) of one buffer of {n} elements (only the parameters whose full.grad is not None, each padded as its shard; a "
         "layer unused in forward takes no part)",
         f"rank {rank}: reduce_gradients de la unidad {unit} llamó a {calls}: se espera un solo "
-        f"dist.reduce_scatter_single de un búfer de {n} elementos (solo los parámetros cuyo full.grad no es None, "
+        f"reduce-scatter (dist.reduce_scatter_single o reduce_scatter_tensor) de un búfer de {n} elementos (solo los parámetros cuyo full.grad no es None, "
         "cada uno rellenado como su fragmento; una capa no usada en la pasada hacia delante no participa)",
     )
 
@@ -502,10 +502,12 @@ def norm_bits_problem(rank: int, step: int, numbers: dict) -> str:
     return where + say(
         "the same norm on paper, another rounding: combine per parameter first, as FSDP2 does (each parameter's norm "
         "is the square root of its squares summed over the ranks; the whole norm is the norm of those norms, not the "
-        "square root of all the squares' sum)",
+        "square root of all the squares' sum), with the parameters in the model's order (model.parameters()), not "
+        "unit by unit: the same numbers summed in another order round differently",
         "la misma norma sobre el papel, otro redondeo: combina primero por parámetro, como hace FSDP2 (la norma de "
         "cada parámetro es la raíz de sus cuadrados sumados entre los ranks; la norma entera es la norma de esas "
-        "normas, no la raíz de la suma de todos los cuadrados)",
+        "normas, no la raíz de la suma de todos los cuadrados), con los parámetros en el orden del modelo "
+        "(model.parameters()), no unidad a unidad: los mismos números sumados en otro orden redondean distinto",
     )
 
 

@@ -114,8 +114,8 @@ def reduce_gradients(unit) -> None:
     the ranks** of those gradients (the padding rows 0), in ``p.shard``'s shape and dtype, **added**
     to a ``.grad`` already there (gradient accumulation); and every ``p.full.grad`` is None.
 
-    Contract: one collective per call, a reduce-scatter (``dist.reduce_scatter_single`` on
-    ``unit.group``) of one buffer in ``unit.reduce_dtype`` laid out so that chunk r is rank r's rows
+    Contract: one collective per call, a reduce-scatter on ``unit.group`` of one flat buffer in
+    ``unit.reduce_dtype`` laid out so that chunk r is rank r's rows
     of every parameter, in the unit's order, each parameter padded as its shard was. Parameters whose
     ``p.full.grad`` is None (unused, or frozen: the same on every rank) take no part; with none left,
     no collective at all.
@@ -210,8 +210,8 @@ class FSDPUnit(_Scaffold):
 
         Contract: when it returns, the unit is whole, and each unit of ``self.forward_prefetch`` has
         its all-gather in flight, issued and not waited for. Collectives: the unit's own all-gather
-        (unless a prefetch issued it already: then that one has finished), issued before the
-        asynchronous all-gathers of the units ahead.
+        (unless a prefetch issued it already: then that one has finished) and the all-gathers of the
+        units ahead. Their order is part of the contract: the Why below says which.
 
         Why: between steps a unit holds only its shards, and its forward reads every parameter. A
         prefetch is meant to travel while this unit computes; waited for here, it only adds its time
@@ -222,12 +222,12 @@ class FSDPUnit(_Scaffold):
     def after_forward(self) -> None:
         """Exercise 4.3b: runs right after the unit's forward.
 
-        Contract: when it returns, the unit's gathered parameters are freed, except where backward
-        needs them first: the root (backward starts with it) and a unit with
-        ``reshard_after_forward`` False stay whole. No collective.
+        Contract: when it returns, the unit's gathered parameters are freed, unless backward would
+        gather them again at once (which unit's backward comes first?) or the unit was made to stay
+        whole (``reshard_after_forward`` False). No collective.
 
         Why: freeing after forward is what makes ZeRO-3's peak one unit's parameters, not the whole
-        model's. The root would only be gathered again at once.
+        model's. Freeing what the very next computation reads only buys one more all-gather.
         """
         raise NotImplementedError("Exercise 4.3: free the unit after its forward, unless backward needs it first")
 
@@ -237,7 +237,8 @@ class FSDPUnit(_Scaffold):
         Contract: when it returns, the unit is whole again, and each unit of
         ``self.backward_prefetch_units()`` has its all-gather in flight, not waited for.
         Collectives: the unit's own all-gather (none if it stayed whole; if a prefetch issued it,
-        that one has finished), issued before the asynchronous all-gathers of the units ahead.
+        that one has finished) and the all-gathers of the units ahead, in the order the Why of
+        ``before_forward`` asks for.
 
         Why: the forward freed the unit, and its backward reads the parameters again: autograd kept
         pointing at the same full tensors, whose storage must be refilled in place. A backward that
@@ -252,12 +253,11 @@ class FSDPUnit(_Scaffold):
 
         Contract: when it returns, the unit's gathered parameters are freed and its full gradients
         are reduce-scattered into its shards (every ``p.full.grad`` None, each ``p.shard.grad`` its
-        rows of the mean). Collectives: the unit's one reduce-scatter, issued once its parameters
-        are freed.
+        rows of the mean). Collectives: the unit's one reduce-scatter; the Why says when.
 
         Why: nothing reads this unit's parameters again in this step. Kept, they would pile up unit
         after unit and backward's peak would grow toward the whole model. Freed before the
         reduce-scatter, the reduce-scatter's buffer takes the place of the parameters instead of
         joining them: backward's peak is one unit's parameters lower.
         """
-        raise NotImplementedError("Exercise 4.3: free the unit, then reduce-scatter its gradients")
+        raise NotImplementedError("Exercise 4.3: after the last backward, nothing gathered and the gradients sharded")

@@ -112,12 +112,10 @@ def copy_to_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | None
     scaffold's helpers on ``group``, counted in ``counter`` (``group`` may be a subgroup of the world,
     one tensor-parallel group among several). Return a tensor that autograd connects to ``x``.
 
-    What autograd offers: a result whose forward and backward differ like this is a
-    ``torch.autograd.Function`` subclass. Its ``forward(ctx, ...)`` receives the arguments given to
-    its ``apply``, in order; its ``backward(ctx, ...)`` receives the gradient of each result of
-    ``forward`` and returns one gradient per argument of ``forward``, in the same order (None for one
-    that is not a tensor, or needs none). Anything ``backward`` needs from the forward travels on
-    ``ctx``.
+    A question before you write: autograd derives a backward from the operations a forward runs,
+    and no operation here has this backward. How do you give PyTorch a backward of your own? (Its
+    documentation, "Extending torch.autograd", answers; what must your backward return, and for
+    which arguments?)
 
     Why: every rank feeds the same ``x`` into its own columns of the next weight, so the gradient a
     rank computes for ``x`` is only its columns' share; the sum over the group is the gradient one
@@ -135,8 +133,8 @@ def reduce_from_tp(x: torch.Tensor, group: Group = None, counter: ByteCounter | 
     Contract. Forward: the result is the sum of ``x`` over the ranks of ``group`` (the same on each of
     them), with ``x``'s shape and dtype; that sum is the only communication, through the scaffold's
     helpers on ``group``, counted in ``counter``. Backward: the gradient that reaches ``x`` is the
-    gradient that reached the result, unchanged, with no communication. A
-    ``torch.autograd.Function`` too (see :func:`copy_to_tp`).
+    gradient that reached the result, unchanged, with no communication: the same question as
+    :func:`copy_to_tp`'s.
 
     Why: after a row-parallel layer each rank holds one term of the output; every rank needs the whole
     sum to go on, and the gradient of a sum with respect to each of its terms is the gradient of the

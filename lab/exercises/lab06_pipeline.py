@@ -85,18 +85,19 @@ def forward_step(
     What must hold when it returns:
 
     * the stage ran on micro-batch i's input: the tokens on the first stage, otherwise the received
-      activations, made a leaf of this stage's graph that requires a gradient;
+      activations, taken in such a way that this stage's backward can compute their gradient (the
+      Why);
     * on the other stages the output went on to the next stage, as numbers (a send carries no graph);
     * ``held[i]`` is ``(input, output)`` for the backward: ``input`` None on the first stage (token
       ids have no gradient), the received activations otherwise; ``output`` the stage's output with
       its graph, which on the last stage is the loss times ``scale`` (1/m: the m micro-batches'
       gradients then add up to the whole batch's).
 
-    Why: the received activations are a new tensor, not part of any graph; unless they require a
-    gradient, this stage's backward never computes the gradient the previous stage is waiting for,
-    and that stage waits until its receive's timeout.
+    Why: the received activations are a new tensor, not part of any graph, and the previous stage
+    waits for their gradient: a backward here that does not produce it leaves that stage waiting
+    until its receive's timeout.
     """
-    raise NotImplementedError("Exercise 6.2: receive the input (requires_grad_), run the stage, send the output on")
+    raise NotImplementedError("Exercise 6.2: micro-batch i's forward on this stage, with its receive and send")
 
 
 def backward_step(stage: PipelineStage, i: int, link: Link, held: dict[int, tuple]) -> None:
@@ -113,7 +114,7 @@ def backward_step(stage: PipelineStage, i: int, link: Link, held: dict[int, tupl
     which is the memory 1F1B exists to save; a B that does not send the input's gradient back leaves
     the previous stage waiting.
     """
-    raise NotImplementedError("Exercise 6.2: backward from the received gradient, send the input's gradient back")
+    raise NotImplementedError("Exercise 6.2: micro-batch i's backward on this stage, with its receive and send")
 
 
 # Exercises 6.3 (the degrees of an HSDP mesh) and 6.4 (HSDP's bytes per mesh dimension) are in

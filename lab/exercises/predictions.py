@@ -21,12 +21,12 @@ P1_1 = None
 P1_2 = None
 
 # P2.1 · Lab 02 · ZeRO-2's bytes against DDP's
-# Lab 02's simulator trains its MLP (widths 16, 32, 32, 8: three units of W and b, 1,864 float32 numbers) on 4
+# Lab 02's simulator trains its MLP (widths 16, 32, 32, 8: three units of W and b, 1,864 float32 numbers) on 8
 # workers. With ZeRO-2 (stage 2), how many bytes does worker 0 send in one step?
 P2_1 = None
 
 # P2.2 · Lab 02 · ZeRO-3's bytes
-# The same MLP on the same 4 workers with ZeRO-3 (stage 3: the weights sharded too). How many bytes does
+# The same MLP on the same 8 workers with ZeRO-3 (stage 3: the weights sharded too). How many bytes does
 # worker 0 send in one step?
 P2_2 = None
 
@@ -40,24 +40,26 @@ P3_1 = None
 P3_2 = None
 
 # P4.1 · Lab 04 · our FSDP's bytes per step
-# Our FSDP on 2 ranks, each block a unit, then the root: each parameter cut along its rows, padded to a
-# multiple of 2 rows. How many bytes does one rank send in one step (all-gathers in forward and backward,
-# reduce-scatters), in float32?
+# Our FSDP on 4 ranks, each block a unit, then the root: each parameter cut along its rows, padded to a
+# multiple of 4 rows (Lab 00 lists the shapes). How many bytes does one rank send in one step (all-gathers in
+# forward and backward, reduce-scatters), in float32?
 P4_1 = None
 
 # P4.2 · Lab 04 · the peak without resharding
-# The same FSDP, but the blocks keep their gathered parameters after forward (reshard_after_forward=False).
-# How many more bytes of parameters and gradients does one rank hold at the step's peak than with resharding?
+# The same FSDP on 4 ranks, with backward's prefetch (Exercise 4.3), but the blocks keep their gathered
+# parameters after forward (reshard_after_forward=False). At the step's peak, how much more memory of
+# parameters and gradients does one rank hold than with resharding? Count in blocks: one block's parameters
+# gathered (111,456 float32 numbers, 445,824 bytes) count 1.
 P4_2 = None
 
 # P5.1 · Lab 05 · tensor parallelism's bytes
-# MiniGPT with tensor parallelism on 2 ranks (no sequence parallelism), one step on its batch of 64 rows of 64
-# tokens, hidden size 128, float32: how many bytes does one rank send?
+# MiniGPT with tensor parallelism on 2 ranks (no sequence parallelism), one step on its batch of 64 rows of 32
+# tokens, hidden size 96, 4 blocks, float32: how many bytes does one rank send?
 P5_1 = None
 
 # P5.2 · Lab 05 · ring attention's bytes
 # MiniGPT with context parallelism on 2 ranks (ring attention, load-balanced), one step on its batch (64 rows
-# of 64 tokens, 4 heads of 32, 4 blocks, float32): how many bytes does one rank send?
+# of 32 tokens, 4 heads of 24, 4 blocks, float32): how many bytes does one rank send?
 P5_2 = None
 
 # P6.1 · Lab 06 · 1F1B's bubble

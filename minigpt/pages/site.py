@@ -45,6 +45,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "fsdp-memory": theory.fsdp_memory,
     "checkpoint-sizes": theory.checkpoint_sizes,
     "grad-norm-shards": theory.grad_norm_shards,
+    "minigpt-parameters": theory.minigpt_parameter_shapes,  # Lab 00's page: the shapes the labs shard
     **lab02.TABLES,  # Lab 02's page
     **lab04.TABLES,  # Lab 04's page
     **lab07.TABLES,  # Lab 07's page: other frameworks' configurations, costed by the lab's bytes model

@@ -481,3 +481,34 @@ def grad_norm_shards(lang: str) -> str:
         ]
     )
     return markdown_table(headers, rows)
+
+
+def minigpt_parameter_shapes(lang: str) -> str:
+    """MiniGPT's parameters in the model's order (``model.named_parameters()``), each block's rows once
+    (``blocks.<i>``), one block's total, and the model's: the shapes the labs cut into shards."""
+    from minigpt.train import TrainConfig, build_model
+
+    model = build_model(TrainConfig())
+    headers = [
+        tr(lang, "parameter", "parámetro"),
+        tr(lang, "shape", "forma"),
+        tr(lang, "numbers", "números"),
+        tr(lang, "float32 bytes", "bytes en float32"),
+    ]
+
+    def row(name: str, shape: str, n: int) -> list[str]:
+        return [name, shape, num(n, lang), num(4 * n, lang)]
+
+    rows = []
+    for name, p in model.named_parameters():
+        part = name.split(".")
+        if part[0] == "blocks" and part[1] != "0":
+            continue  # every block has block 0's shapes
+        if part[0] == "blocks":
+            name = ".".join(["blocks", "<i>", *part[2:]])
+        rows.append(row(f"`{name}`", " × ".join(map(str, p.shape)), p.numel()))
+    n_blocks = len(model.blocks)
+    rows.append(row(tr(lang, "one block", "un bloque"), "", sum(p.numel() for p in model.blocks[0].parameters())))
+    whole = tr(lang, f"the model ({n_blocks} blocks)", f"el modelo ({n_blocks} bloques)")
+    rows.append(row(whole, "", sum(p.numel() for p in model.parameters())))
+    return markdown_table(headers, rows, "llrr")
