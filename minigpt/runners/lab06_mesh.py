@@ -68,7 +68,7 @@ def hsdp_model(cfg: TrainConfig, replicate: int, shard: int, shard_index: int) -
     multiple of the shard degree, and :func:`~minigpt.zero.memory.hsdp_memory` on the padded
     parameter count, made exact by two terms it leaves out: AdamW's step counters (one float32
     per parameter tensor) and the padding this rank's moments do not hold."""
-    from minigpt.runners.lab02_crosscheck import fsdp2_unit_sizes
+    from minigpt.fsdp.variants import fsdp2_unit_sizes
     from minigpt.zero import memory
 
     model = build_model(cfg)
@@ -249,7 +249,7 @@ class DpTpSystem:
         return float(total) / dist.get_world_size(), self.norm()
 
     def whole_state(self) -> dict:
-        from minigpt.runners.lab05_tensor_parallel import whole_state
+        from minigpt.parallel.tensor_parallel.model import whole_state
 
         return whole_state(self.run.model, self.run.optimizer)
 
@@ -313,7 +313,7 @@ class TorchDpTpSystem:
 
 def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, dp: int, tp: int) -> dict:
     """Our DP x TP with the harness's rulers, and PyTorch's DP x TP on the same mesh and run."""
-    from minigpt.runners.lab05_tensor_parallel import replicated_digest
+    from minigpt.parallel.tensor_parallel.model import replicated_digest
 
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
     if args.check:
@@ -472,11 +472,10 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
             replicated_bit_identical=dp_tp["replicated_bit_identical"],
             max_step_drift=max(h_r["fp32_max_step_drift"], d_r["fp32_max_step_drift"]),
         )
-        from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
 
         report["same_as_pytorch"] = bool(
-            report["pytorch_first_step_logit_diff"] <= PYTORCH_ONE_STEP_BOUND
-            and report["dp_tp_fp32_max_step_drift"] <= drift_bound(report["pytorch_fp32_max_step_drift"])
+            report["pytorch_first_step_logit_diff"] <= proof.PYTORCH_ONE_STEP_BOUND
+            and report["dp_tp_fp32_max_step_drift"] <= proof.drift_bound(report["pytorch_fp32_max_step_drift"])
         )
         v = verdict(report)
         # every rank's own bytes and memory against its own model: the verdict is every rank's
@@ -489,20 +488,19 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
 
 def verdict(report: dict) -> proof.Verdict:
     """Lab 06's mesh rulers: the harness's on both meshes, PyTorch's DP x TP, bytes per dimension, memory."""
-    from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
 
     h, d = report["hsdp"], report["dp_tp"]
     v = proof.Proof(proof.DATA_PARALLEL, twin_norm="run", report=report).judge()
     v.at_most(
         "dp_tp_fp32_max_step_drift",
         report["dp_tp_fp32_max_step_drift"],
-        drift_bound(report["pytorch_fp32_max_step_drift"]),
+        proof.drift_bound(report["pytorch_fp32_max_step_drift"]),
         f"DP x TP: within 1e-5, or at most 2 x PyTorch's DP x TP ({report['pytorch_fp32_max_step_drift']:.2e})",
     )
     v.at_most(
         "pytorch_first_step_logit_diff",
         report["pytorch_first_step_logit_diff"],
-        PYTORCH_ONE_STEP_BOUND,
+        proof.PYTORCH_ONE_STEP_BOUND,
         "DP x TP: our logits against FSDP2 + parallelize_module's",
     )
     v.equal("bytes_per_dim", report["bytes_per_dim"], report["bytes_model_per_dim"], "HSDP, Lab 02's unit model")

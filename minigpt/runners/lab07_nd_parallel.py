@@ -327,7 +327,6 @@ def against_pytorch(
 ) -> dict:
     """PyTorch's composition on the same mesh: the first step's logits of the whole batch against
     ours, and its own float32 step drift over the same run."""
-    from minigpt.runners.lab05_tensor_parallel import PYTORCH_ONE_STEP_BOUND, drift_bound
 
     f32 = replace(cfg, dtype="float32")
     ours = NDSystem(f32, mesh, groups, cp_factor, ctx.device)
@@ -343,8 +342,8 @@ def against_pytorch(
         ),
         "pytorch_first_step_logit_diff": float((mine - theirs).abs().max()),
         "pytorch_fp32_max_step_drift": run.drift.worst,
-        "pytorch_one_step_bound": PYTORCH_ONE_STEP_BOUND,
-        "pytorch_drift_bound": drift_bound(run.drift.worst),
+        "pytorch_one_step_bound": proof.PYTORCH_ONE_STEP_BOUND,
+        "pytorch_drift_bound": proof.drift_bound(run.drift.worst),
     }
 
 

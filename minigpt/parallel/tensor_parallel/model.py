@@ -39,6 +39,7 @@ every rank and sharded ones different draws, which this lab does not build.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -361,3 +362,26 @@ class TPMiniGPT(nn.Module):
         state["wte.weight"] = state["wte.weight"][: self.config.vocab_size]
         state["lm_head.weight"] = state["wte.weight"]
         return state
+
+
+def whole_state(model: TPMiniGPT, optimizer: torch.optim.Optimizer) -> dict:
+    """The cut model's weights and optimizer state (AdamW's moments, or SGD's momentum), gathered
+    into MiniGPT's names (every rank)."""
+    state = {"weights": model.full_state_dict(), "moments": {}, "step": None}
+    first = next(iter(model.parameters()))
+    for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+        if key in optimizer.state.get(first, {}):
+            state["moments"][key] = model.full_state_dict(of=lambda p, key=key: optimizer.state[p][key])
+    if "step" in optimizer.state.get(first, {}):
+        state["step"] = optimizer.state[first]["step"].clone()  # AdamW adds to it in place
+    return state
+
+
+def replicated_digest(model: TPMiniGPT) -> str:
+    """A digest of the parameters every rank holds whole (they must stay bit-identical)."""
+    cut_ids = {id(p) for p in model.sharded_parameters()}
+    h = hashlib.sha256()
+    for p in model.parameters():
+        if id(p) not in cut_ids:
+            h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
