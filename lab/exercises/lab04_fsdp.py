@@ -72,7 +72,7 @@ def gather_rows(shard: torch.Tensor, rows: int, group: dist.ProcessGroup | None 
 
     Contract: every rank of ``group`` calls it with a shard of the same shape (what :func:`shard_rows`
     makes); it uses one collective, an all-gather into one tensor of ``world_size *
-    shard.shape[0]`` rows (``dist.all_gather_single``, whose input must be contiguous).
+    shard.shape[0]`` rows (not a list of tensors: which call of ``torch.distributed`` is that?).
 
     Why: this is the "unshard" of ZeRO-3: a unit's parameters exist whole only between this gather
     and the moment they are freed again.
@@ -141,8 +141,8 @@ def global_grad_norm(model: nn.Module) -> torch.Tensor:
     rows. The combination order is part of the contract: a parameter's norm is the square root of the
     **sum over the ranks** of its pieces' squared norms, and the whole norm is the norm of those
     parameters' norms (not the square root of their squares' sum: the same on paper, another
-    rounding). So one collective, one ``dist.all_reduce`` (SUM) on ``units[0].group`` of a vector of
-    one squared piece norm **per parameter**; not one number per rank.
+    rounding). So one collective on ``units[0].group``: a sum over the ranks of one vector, one
+    squared piece norm **per parameter**; not one number per rank.
 
     Why: clipping scales every shard by ``max_norm / norm``; a rank that used its own norm would clip
     its shards by another factor, and they would stop being pieces of one model. Summed in this
