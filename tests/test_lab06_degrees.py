@@ -52,33 +52,29 @@ def test_resolve_hsdp_refuses(world, local, shard, replicate, names):
 # Accelerate's ParallelismConfig and SageMaker
 
 
-def test_resolve_accelerate_infers_one_data_parallel_degree():
-    assert resolve_accelerate(8, dp_shard=2, tp=2) == {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "cp": 1, "dp": 4}
-    assert resolve_accelerate(16, dp_replicate=2, tp=2, cp=2) == {
-        "dp_replicate": 2,
-        "dp_shard": 2,
-        "tp": 2,
-        "cp": 2,
-        "dp": 4,
-    }
-    assert resolve_accelerate(4, dp_replicate=1, dp_shard=4)["dp"] == 4
+def test_resolve_accelerate_infers_only_plain_data_parallelism():
+    """Accelerate's rules (``ParallelismConfig.__post_init__`` and ``_validate_accelerator``): the degrees
+    given must multiply to the world size; only when every one is left at 1 does dp_replicate become it."""
+    assert resolve_accelerate(8) == {"dp_replicate": 8, "dp_shard": 1, "tp": 1, "cp": 1, "dp": 8}
+    assert resolve_accelerate(8, dp_shard=4, tp=2) == {"dp_replicate": 1, "dp_shard": 4, "tp": 2, "cp": 1, "dp": 4}
+    assert resolve_accelerate(16, dp_replicate=2, dp_shard=2, tp=2, cp=2)["dp"] == 4
+    assert resolve_accelerate(4, dp_replicate=2, dp_shard=2)["dp"] == 4  # HSDP
 
 
 @pytest.mark.parametrize(
-    "kwargs, names",
+    "world, kwargs, names",
     [
-        (
-            dict(dp_replicate=2, dp_shard=2, tp=2),
-            ["dp_replicate 2", "dp_shard 2", "tp 2", "cp 1", "= 8", "world size is 4"],
-        ),
-        (dict(dp_shard=3, tp=1), ["dp_replicate None", "dp_shard 3", "tp 1", "cp 1", "world size 4"]),
-        (dict(tp=2), ["dp_replicate None", "dp_shard None", "tp 2", "cp 1", "world size 4"]),
-        (dict(dp_shard=2, tp=0), ["tp 0", "world size 4"]),
+        (4, dict(dp_replicate=2, dp_shard=2, tp=2), ["dp_replicate 2", "dp_shard 2", "tp 2", "cp 1", "= 8", "is 4"]),
+        # one degree left out is not inferred: 1 x 2 x 2 x 1 = 4 on 8 processes
+        (8, dict(dp_shard=2, tp=2), ["dp_replicate 1", "dp_shard 2", "tp 2", "= 4", "world size is 8"]),
+        # DDP + TP, as in ParallelismConfig(dp_replicate_size=2, tp_size=4): refused whatever the product
+        (8, dict(dp_replicate=2, tp=4), ["dp_replicate 2", "dp_shard 1", "tp 4", "pure replication", "world size 8"]),
+        (8, dict(dp_shard=2, tp=0), ["tp 0", "world size 8"]),
     ],
 )
-def test_resolve_accelerate_refuses(kwargs, names):
+def test_resolve_accelerate_refuses(world, kwargs, names):
     with pytest.raises(ValueError) as caught:
-        resolve_accelerate(4, **kwargs)
+        resolve_accelerate(world, **kwargs)
     assert all(n in str(caught.value) for n in names), str(caught.value)
 
 

@@ -105,6 +105,24 @@ def test_the_byte_model_of_the_examples_is_the_count_by_hand():
         assert lab07.example_bytes(lab07.EIGHT_B, degrees, batch) == bytes_by_hand(lab07.EIGHT_B, layout, batch)
 
 
+def test_every_accelerate_configuration_on_the_page_is_one_accelerate_accepts():
+    """Each ``ParallelismConfig(...)`` of the examples' table, read back from its text, passes
+    Accelerate's rules (``resolve_accelerate``) on as many processes as its degrees multiply to, and
+    gives the table's degrees."""
+    import re
+
+    from minigpt.parallel.mesh import resolve_accelerate
+
+    seen = 0
+    for _, settings, degrees, _ in lab07.EXAMPLES:
+        if settings.startswith("ParallelismConfig("):
+            given = {k.removesuffix("_size"): int(v) for k, v in re.findall(r"(\w+)=(\d+)", settings)}
+            found = resolve_accelerate(math.prod(degrees.values()), **given)
+            assert {d: found[d] for d in degrees} == degrees, settings
+            seen += 1
+    assert seen == 2
+
+
 def test_the_figure_s_groups_are_the_coordinates():
     r = load()
     first, second = r["layouts"]["2 x 2 x 1 x 2"]["groups"], r["layouts"]["1 x 2 x 2 x 2"]["groups"]

@@ -136,7 +136,7 @@ def orders(r: dict, lang: str) -> str:
     head = [
         tr(lang, "our setting", "nuestro ajuste"),
         tr(lang, "FSDP2 run (Lab 03)", "ejecución de FSDP2 (laboratorio 03)"),
-        tr(lang, "all-gathers, forward \\| backward", "all-gathers, forward \\| backward"),
+        tr(lang, "all-gathers, forward \\| backward", "all-gathers, hacia delante \\| hacia atrás"),
         tr(lang, "order = FSDP2's", "orden = el de FSDP2"),
         tr(lang, "bytes per step", "bytes por paso"),
         tr(lang, "peak held (bytes)", "pico retenido (bytes)"),
@@ -376,8 +376,8 @@ def draw_timeline(report: dict, lang: str, path: Path) -> None:
     ax.set_xlim(0, end * 1e3 * 1.01)
     ax.legend(
         handles=[
-            Patch(color="#4C72B0", label=tr(lang, "forward of a block", "forward de un bloque")),
-            Patch(color="#DD8452", label=tr(lang, "backward of a block", "backward de un bloque")),
+            Patch(color="#4C72B0", label=tr(lang, "forward of a block", "pasada hacia delante de un bloque")),
+            Patch(color="#DD8452", label=tr(lang, "backward of a block", "pasada hacia atrás de un bloque")),
             Patch(
                 color="#55A868", label=tr(lang, "all-gather, issue to completion", "all-gather, de la emisión al final")
             ),

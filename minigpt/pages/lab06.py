@@ -357,9 +357,9 @@ def batch(r: dict, lang: str) -> str:
         tr(lang, "data-parallel ranks", "ranks de datos"),
         tr(lang, "sequences per rank", "secuencias por rank"),
         tr(lang, "effective batch", "lote efectivo"),
-        tr(lang, "lr tuned for one rank", "lr ajustada para un rank"),
-        tr(lang, "lr, linear rule", "lr, regla lineal"),
-        tr(lang, "lr, sqrt rule", "lr, regla de la raíz"),
+        tr(lang, "lr tuned for one rank", "tasa de aprendizaje ajustada para un rank"),
+        tr(lang, "lr, linear rule", "tasa de aprendizaje, regla lineal"),
+        tr(lang, "lr, sqrt rule", "tasa de aprendizaje, regla de la raíz"),
     ]
     return table(head, rows)
 

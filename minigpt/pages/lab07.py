@@ -182,15 +182,16 @@ EIGHT_B = {"n_embd": 4096, "n_layer": 32, "n_head": 32, "vocab": 128_256, "block
 EXAMPLES = [
     # (who, their settings, our degrees, global batch in rows)
     (
-        ("Accelerate's ND-parallel guide, 2 nodes of 8", "guía ND-parallel de Accelerate, 2 nodos de 8"),
+        ("Accelerate's ND-parallel guide, 2 nodes of 8", "guía de paralelismo ND de Accelerate, 2 nodos de 8"),
         "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2, tp_size=2)",
         {"dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 2},
         4,
     ),
     (
         ("the same 16 GPUs, TP on a whole node", "las mismas 16 GPU, TP en un nodo entero"),
-        "ParallelismConfig(dp_replicate_size=2, tp_size=8)",
-        {"dp_replicate": 2, "dp_shard": 1, "cp": 1, "tp": 8},
+        # with TP, Accelerate refuses pure replication (dp_replicate > 1, dp_shard 1): FSDP across the nodes
+        "ParallelismConfig(dp_shard_size=2, tp_size=8)",
+        {"dp_replicate": 1, "dp_shard": 2, "cp": 1, "tp": 8},
         4,
     ),
     (

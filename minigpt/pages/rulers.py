@@ -80,7 +80,7 @@ WORDS: dict[str, tuple[str, str]] = {
     ),
     "bytes_sent_per_step": (
         "ring attention's bytes per step = the model",
-        "bytes de ring attention por paso = el modelo",
+        "bytes de la atención en anillo por paso = el modelo",
     ),
     "bytes_per_dim": (
         "HSDP: bytes per mesh dimension = the model",
@@ -161,11 +161,11 @@ WORDS: dict[str, tuple[str, str]] = {
     ),
     "attention_bytes_match_model": (
         "ring attention's bytes = (cp-1)/cp of K and V",
-        "bytes de ring attention = (cp-1)/cp de K y V",
+        "bytes de la atención en anillo = (cp-1)/cp de K y V",
     ),
     "load_balanced_equal_work": (
         "load-balanced: every rank the same work",
-        "con balanceo: el mismo trabajo en cada rank",
+        "equilibrada: el mismo trabajo en cada rank",
     ),
     "lengths_refused": (
         "lengths the split cannot cut are refused",
@@ -225,6 +225,10 @@ HEADER = {
 VERDICT = {True: ("PASS", "PASS"), False: ("FAIL", "FAIL"), None: ("reported", "informado")}
 
 
+# the words a runner reports as a value (``verdict.reported(key, "none on CPU", ...)``), in each language
+REPORTED_WORDS = {"none on CPU": {"en": "none on CPU", "es": "ninguna en CPU"}}
+
+
 def value(v, lang: str) -> str:
     """A measured value the way ``lang`` writes it."""
     if isinstance(v, bool):
@@ -235,6 +239,8 @@ def value(v, lang: str) -> str:
         return "0" if v == 0 else sci(v, lang)
     if v is None:
         return tr(lang, "none", "ninguna")
+    if isinstance(v, str):
+        return REPORTED_WORDS.get(v, {}).get(lang, v)
     return str(v)
 
 
@@ -259,8 +265,11 @@ def table(report: dict, lang: str) -> str:
     lines = [HEADER[lang], "| --- | --- | ---: | --- | --- |"]
     for r in report["rulers"]:
         en, es = words(r["key"])
+        wanted = criterion(r["criterion"], lang)
+        if r["criterion"].startswith("= ") and r["pass"] is True and isinstance(r["value"], int):
+            wanted = "= " + value(r["value"], lang)  # an equality that held: every digit of what it equals
         lines.append(
             f"| `{r['key']}` | {tr(lang, en, es).format(**fields)} | {value(r['value'], lang)} | "
-            f"{criterion(r['criterion'], lang)} | {tr(lang, *VERDICT[r['pass']])} |"
+            f"{wanted} | {tr(lang, *VERDICT[r['pass']])} |"
         )
     return "\n".join(lines) + "\n"

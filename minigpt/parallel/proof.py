@@ -413,6 +413,8 @@ class Ruler:
 
 
 def _show(value) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"  # a count (bytes) that went through a float: every digit, as the measured one
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.3g}" if value >= 1e-3 or value == 0 else f"{value:.2e}"
     if isinstance(value, bool):

@@ -6,8 +6,8 @@ dimensions must multiply to the world size W; a launcher lets you give some and 
 * **OLMo-core (HSDP)**: by default shard inside a node and replicate across nodes, so the shard
   degree is the ranks per node (``LOCAL_WORLD_SIZE``) and the replicate degree the number of
   nodes; give one and the other is W divided by it (:func:`resolve_hsdp`);
-* **Accelerate** (``ParallelismConfig``): ``dp_replicate x dp_shard x tp x cp = W``, one of the two
-  data-parallel degrees may be left out and is inferred (:func:`resolve_accelerate`);
+* **Accelerate** (``ParallelismConfig``): ``dp_replicate x dp_shard x tp x cp = W``, every degree 1
+  unless given, and only the all-ones case inferred (``dp_replicate = W``) (:func:`resolve_accelerate`);
 * **SageMaker model parallelism**: the data-parallel degree is what is left once the pipeline
   takes its stages, ``processes_per_host x instance_count / pipeline_degree``
   (:func:`sagemaker_dp_degree`).
@@ -73,32 +73,31 @@ def resolve_hsdp(
 
 
 def resolve_accelerate(
-    world_size: int, dp_replicate: int | None = None, dp_shard: int | None = None, tp: int = 1, cp: int = 1
+    world_size: int, dp_replicate: int = 1, dp_shard: int = 1, tp: int = 1, cp: int = 1
 ) -> dict[str, int]:
-    """Accelerate's ``ParallelismConfig``: ``dp_replicate x dp_shard x tp x cp`` must be the world
-    size; one of ``dp_replicate`` and ``dp_shard`` may be None and is inferred. Returns the four
+    """Accelerate's ``ParallelismConfig`` checked against ``world_size`` processes: every degree
+    defaults to 1; when all four are 1, ``dp_replicate`` becomes the world size (plain DDP);
+    otherwise ``dp_replicate x dp_shard x tp x cp`` must equal the world size, nothing is inferred,
+    and tensor or context parallelism is refused beside pure replication (``dp_replicate > 1``
+    with ``dp_shard == 1``: Accelerate composes TP or CP with FSDP or HSDP only). Returns the four
     degrees and ``dp = dp_replicate x dp_shard`` (the ranks that see different samples)."""
     _positive("world size", world_size, world_size)
-    for name, value in (("tp", tp), ("cp", cp), ("dp_replicate", dp_replicate), ("dp_shard", dp_shard)):
-        if value is not None:
-            _positive(name, value, world_size)
+    for name, value in (("dp_replicate", dp_replicate), ("dp_shard", dp_shard), ("tp", tp), ("cp", cp)):
+        _positive(name, value, world_size)
     given = f"dp_replicate {dp_replicate} x dp_shard {dp_shard} x tp {tp} x cp {cp}"
-    if dp_replicate is None and dp_shard is None:
+    if (tp > 1 or cp > 1) and dp_replicate > 1 and dp_shard == 1:
         raise ValueError(
-            f"{given}: give dp_replicate or dp_shard (one may be inferred, not both) for the world size {world_size}"
+            f"{given}: tensor or context parallelism beside pure replication (dp_shard 1) is refused; "
+            f"shard instead (dp_shard > 1, dp_replicate 1) or use HSDP (both > 1), world size {world_size}"
         )
-    if dp_replicate is not None and dp_shard is not None:
-        product = dp_replicate * dp_shard * tp * cp
-        if product != world_size:
-            raise ValueError(f"{given} = {product}, but the world size is {world_size}: the product must equal it")
-    else:
-        known = tp * cp * (dp_replicate or dp_shard)
-        if world_size % known:
-            raise ValueError(f"{given}: the {known} ranks given do not divide the world size {world_size}")
-        if dp_replicate is None:
-            dp_replicate = world_size // known
-        else:
-            dp_shard = world_size // known
+    if dp_replicate * dp_shard * tp * cp == 1:
+        dp_replicate = world_size  # every degree left at 1: plain data parallelism over the world
+    product = dp_replicate * dp_shard * tp * cp
+    if product != world_size:
+        raise ValueError(
+            f"{given} = {product}, but the world size is {world_size}: the product must equal it "
+            "(nothing is inferred unless every degree is 1)"
+        )
     return {"dp_replicate": dp_replicate, "dp_shard": dp_shard, "tp": tp, "cp": cp, "dp": dp_replicate * dp_shard}
 
 
