@@ -281,12 +281,22 @@ def hooks_on_minigpt(group) -> dict:
 def forward_prefetch_on_minigpt(group) -> dict:
     """The learner's moves with an explicit forward prefetch (each block's ``forward_prefetch`` is the
     next block), two steps: after each ``before_forward``, the units of its list whose gather was not
-    in flight (never started, or already waited for)."""
-    late, checked = [], [0]
+    in flight (never started, or already waited for), and each ``before_forward`` that had to gather
+    its own unit but issued a prefetch's all-gather first (the order the stub's contract states)."""
+    late, checked, issued, order = [], [0], [], []
 
     class Prefetching(watched(learners("FSDPUnit"))):
+        def unshard(self, async_op: bool = False):
+            if not self.gathered and self._in_flight is None:
+                issued.append(self.name)  # an all-gather issued now
+            return super().unshard(async_op=async_op)
+
         def before_forward(self):
+            own = not self.gathered and self._in_flight is None  # its own gather still to issue
+            issued.clear()
             super().before_forward()
+            if own and self.forward_prefetch and issued and issued[0] != self.name:
+                order.append(f"{self.name}: {' then '.join(issued)}")
             for ahead in self.forward_prefetch:
                 checked[0] += 1
                 if ahead._in_flight is None:
@@ -301,7 +311,7 @@ def forward_prefetch_on_minigpt(group) -> dict:
     for step in range(2):
         model(*batch(step, RANK, 2, cfg))[1].backward()
         model.zero_grad(set_to_none=True)
-    return {"late": late, "checked": checked[0]}
+    return {"late": late, "checked": checked[0], "order": order}
 
 
 class Twice(nn.Module):

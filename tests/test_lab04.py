@@ -302,6 +302,14 @@ def test_hooks_follow_fsdp2_order(fsdp_scratch):
             f"({result['checked']} comprobados): cada unidad de self.forward_prefetch debe tener su all-gather lanzado "
             "y sin esperar (viaja mientras esta unidad calcula)",
         )
+        assert not result["order"], say(
+            f"rank {rank}: before_forward issued a prefetch's all-gather before its own unit's: "
+            f"{short(result['order'])}: gathers on one group finish in the order they were issued, so this forward "
+            "waits for the prefetch too; issue the unit's own all-gather first",
+            f"rank {rank}: before_forward lanzó el all-gather de una precarga antes que el de su propia unidad: "
+            f"{short(result['order'])}: los all-gather de un grupo terminan en el orden en que se lanzan, así que esta "
+            "pasada hacia delante espera también a la precarga; lanza primero el all-gather de la unidad",
+        )
 
 
 def backward_peak_problem(rank: int, step: int, numbers: dict) -> str:
