@@ -13,7 +13,7 @@ import pytest
 from minigpt.pages import lab04
 from minigpt.pages.lang import num
 from minigpt.runners.lab04_fsdp import memory_model, model_bytes
-from minigpt.train import TrainConfig
+from minigpt.train import TrainConfig, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
@@ -253,3 +253,19 @@ def test_the_clipping_story_is_the_measurement(lang):
         assert own["max"] > run["fp32_max_step_drift"] and own["worst_step"] in run["clipped_steps"]
         assert own["worst_step"] > 50, "a late clipped step"
         assert 1e-16 < run["fp64_max_step_drift"] < 1e-14
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_page_s_peak_costs_are_the_run_s(lang):
+    """The memory section's two costs are the committed run's peaks, subtracted: prefetching two blocks
+    (half a block) and not resharding after forward (one block), and each recipe's step count."""
+    r = report(2)
+    peaks = {name: o["peak_held"] for name, o in r["orders"].items()}
+    block = 4 * sum(p.numel() for p in build_model(TrainConfig()).blocks[0].parameters())  # float32 bytes
+    two = peaks["backward prefetch 2"] - peaks["implicit"]
+    keep = peaks["no reshard after forward"] - peaks["implicit"]
+    assert (2 * two, keep) == (block, block), (two, keep, block)
+    text = _prose(lang)
+    assert f"({num(two, lang)} bytes)" in text and f"({num(keep, lang)} bytes)" in text, (two, keep)
+    steps = {"en": "Five steps of each recipe", "es": "Cinco pasos de cada receta"}[lang]
+    assert r["mixed_precision"]["steps"] == 5 and steps in text

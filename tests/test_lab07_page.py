@@ -189,3 +189,17 @@ def test_the_mistake_on_purpose_is_the_committed_run(lang):
         f"{r['steps']} ",
     ]
     assert all(q in surprises for q in quoted), [q for q in quoted if q not in surprises]
+
+
+@pytest.mark.parametrize("lang", PAGES)
+def test_the_hsdp_paragraph_quotes_the_examples_table(lang):
+    """The sizes the paragraph after the examples' table reasons with (plain FSDP's, the HSDP layout's
+    shard, TP and replicate bytes) are cells of that generated table, and its ratio is theirs."""
+    table = lab07.examples(lang)
+    text = PAGES[lang].read_text(encoding="utf-8").split("<!-- end of build/tables/nd-examples-")[1]
+    text = text.split("## 5.")[0]
+    comma = (lambda v: v.replace(".", ",")) if lang == "es" else (lambda v: v)
+    for size in ("80.5", "30.8", "17.4", "6.2"):
+        assert f"| {comma(size)} GB |" in table and f"{comma(size)} GB" in text, size
+    ratio = comma(f"{30.8 / 80.5:.2f}")  # the two cells' ratio, as the paragraph writes it
+    assert f"= {ratio} = {comma('30.8')} / {comma('80.5')}" in text, ratio
