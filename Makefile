@@ -176,6 +176,7 @@ results-01: results-01-checks
 	$(PY) lab/01_drift.py --out $(RESULTS)
 	$(PY) lab/01_drift.py --sources 0,286 --out $(RESULTS)
 	$(TORCHRUN) lab/01_benchmark.py --out $(RESULTS)
+	$(TORCHRUN4) lab/01_links.py --repeats 101 --out $(RESULTS)
 
 # the checks alone (about 35 min): the default check make demo runs, the whole stories (--full), and
 # the whole stories under the three kernel sets

@@ -81,6 +81,7 @@ SLOW_MODULES = {
     "test_checkpoints",
     "test_kernel_sets",
     "test_lab01",
+    "test_lab01_links",
     "test_lab01_reference",
     "test_lab01_script",
     "test_lab02_crosscheck",

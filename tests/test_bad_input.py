@@ -34,6 +34,7 @@ TRAIN = "minigpt.train"
 TUTOR = "minigpt.tutor"
 DDP = "minigpt.runners.lab01_ddp"
 BENCH = "minigpt.runners.lab01_benchmark"
+LINKS = "minigpt.runners.lab01_links"
 KERNELS = "minigpt.runners.lab01_kernel_sets"
 DRIFT = "minigpt.runners.lab01_drift"
 ZERO = "minigpt.runners.lab02_zero"
@@ -105,6 +106,10 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (BENCH, ["--warmup", "-1"], ["--warmup -1"]),
     (BENCH, ["--bucket-cap-mb", "nan"], ["--bucket-cap-mb nan"]),
     (BENCH, ["--parts", "minigpt,nope"], ["--parts minigpt,nope"]),
+    (LINKS, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
+    (LINKS, ["--repeats", "0"], ["--repeats 0"]),
+    (LINKS, ["--node-size", "0"], ["--node-size 0"]),
+    (LINKS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
     (KERNELS, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (KERNELS, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (KERNELS, ["--timeout", "inf"], ["--timeout inf"]),
@@ -249,6 +254,8 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     ),
     (BENCH, ["--out", "{tmp}/out"], {}, ["world size 1", "--nproc_per_node=2"]),
     (BENCH, ["--out", "{tmp}/out"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
+    (LINKS, ["--out", "{tmp}/out"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["WORLD_SIZE=2", "two nodes"]),
+    (LINKS, ["--out", "{tmp}/out"], {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "5"}, ["--node-size 2", "5 ranks"]),
     (TP5, [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3"}, ["--tp 3", "4 attention heads"]),
     (TP5, ["--tp", "2", "--dp", "2"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--tp 2 x --dp 2", "2"]),
     (TP5, ["--tp", "1"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--dp 2", "Lab 06"]),
@@ -401,7 +408,7 @@ def test_bad_input_is_refused_in_one_line(row, row_folder, monkeypatch):
 def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
-    assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
+    assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, LINKS, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
         {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
     )
 

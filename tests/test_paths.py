@@ -18,6 +18,7 @@ OUTPUTS = [
     ("minigpt.train", "--out", "file", ["--steps", "2", "--warmup", "1"]),
     ("minigpt.runners.lab01_ddp", "--report", "file", []),
     ("minigpt.runners.lab01_benchmark", "--out", "dir", []),
+    ("minigpt.runners.lab01_links", "--out", "dir", []),
     ("minigpt.runners.lab02_crosscheck", "--report", "file", []),
     ("minigpt.runners.lab01_kernel_sets", "--out", "dir", []),
     ("minigpt.runners.lab01_drift", "--out", "dir", []),
