@@ -198,6 +198,7 @@ results-03: $(STAMP)
 	$(PY) lab/03_fsdp_prefetch.py --render $(RESULTS)/03-prefetch-cpu.json
 	$(TORCHRUN) lab/03_fsdp_practice.py --steps 20 --report $(RESULTS)/03-practice-cpu.json
 	$(PY) lab/03_fsdp_practice.py --render $(RESULTS)/03-practice-cpu.json
+	$(TORCHRUN) lab/03_fsdp_options.py --report $(RESULTS)/03-options-cpu.json
 
 results-04: $(STAMP)
 	$(TORCHRUN) lab/04_fsdp.py --check --full --quiet --report $(RESULTS)/04-fsdp-cpu.json

@@ -85,6 +85,7 @@ SLOW_MODULES = {
     "test_lab01_reference",
     "test_lab01_script",
     "test_lab02_crosscheck",
+    "test_lab03_options",
     "test_lab03_practice",
     "test_lab03_run",
     "test_lab04_reference",

@@ -42,6 +42,7 @@ CROSS = "minigpt.runners.lab02_crosscheck"
 READING = "minigpt.runners.lab03_fsdp_reading"
 PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
+OPTIONS = "minigpt.runners.lab03_fsdp_options"
 FSDP4 = "minigpt.runners.lab04_fsdp"
 TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
@@ -107,6 +108,9 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (BENCH, ["--bucket-cap-mb", "nan"], ["--bucket-cap-mb nan"]),
     (BENCH, ["--parts", "minigpt,nope"], ["--parts minigpt,nope"]),
     (LINKS, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
+    (OPTIONS, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (OPTIONS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (OPTIONS, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
     (LINKS, ["--repeats", "0"], ["--repeats 0"]),
     (LINKS, ["--node-size", "0"], ["--node-size 0"]),
     (LINKS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
@@ -245,6 +249,7 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     (PREFETCH, [], {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "3"}, ["WORLD_SIZE=3", "64"]),
     (PRACTICE, [], {"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["RANK=x"]),
     (PRACTICE, [], {}, ["world size 1", "--nproc_per_node=2"]),
+    (OPTIONS, [], {}, ["world size 1", "--nproc_per_node=2"]),
     (PRACTICE, ["--batch-size", "63"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, ["--batch-size 63"]),
     (
         PRACTICE,
@@ -409,7 +414,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, LINKS, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
+        {PREFETCH, PRACTICE, OPTIONS, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
     )
 
 
