@@ -82,8 +82,8 @@ def test_the_page_shows_the_committed_run():
 
 
 def test_the_pages_sentences_hold_for_the_committed_run():
-    """"β drops to about half when each rank sends while it receives"; "the all-gather half costs about one
-    both-ways message, the reduce-scatter half more"."""
+    """The page says: β drops to about half when each rank sends while it receives; the all-gather half
+    costs about one both-ways message, the reduce-scatter half more."""
     result = json.loads((RESULTS / "01-links-cpu.json").read_text())
     one, both = result["link"], result["link_both_ways"]
     assert 0.35 < both["beta"] / one["beta"] < 0.65, (one["beta"], both["beta"])
