@@ -241,6 +241,20 @@ def test_logits_bytes():
         memory.logits_bytes(8, 4096, 0)
 
 
+def test_the_chunked_loss_is_the_loss_and_the_whole_one_peaks_at_three_logits():
+    """Theory 00, "The logits at the loss": chunked by sentences, MiniGPT's loss and gradients are the whole
+    ones up to the order of the sums; the whole loss's passes peak at three [B, S, V] tensors (the kept
+    log-softmax, the gradient arriving, the logits' gradient), and 16 chunks bring that below half of one."""
+    from minigpt.logits import chunked_masked_loss, loss_peaks
+
+    unit = memory.logits_bytes(64, 32, 609, 4, with_grad=False)
+    whole, _, sixteen = loss_peaks((1, 4, 16))
+    assert 2.99 * unit < whole["peak_bytes"] < 3.01 * unit, whole["peak_bytes"] / unit
+    assert sixteen["peak_bytes"] < 0.5 * unit and sixteen["loss_diff"] < 1e-5 and sixteen["grad_diff"] < 1e-7
+    with pytest.raises(ValueError, match="at least 1"):
+        chunked_masked_loss(*([None] * 4), 0)
+
+
 def test_data_parallel_degree_and_min_global_batch():
     assert za.data_parallel_degree(1024) == 1024 == za.min_global_batch(1024)
     assert za.data_parallel_degree(1024, tensor_parallel=8) == 128 == za.min_global_batch(1024, 8)

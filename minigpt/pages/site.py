@@ -42,6 +42,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "hsdp-groups": theory.hsdp_groups,
     "activation-recompute": theory.activation_recompute,
     "batch-lr-scaling": theory.batch_lr_scaling,
+    "logits-peak": theory.logits_peak,
     "fsdp-memory": theory.fsdp_memory,
     "checkpoint-sizes": theory.checkpoint_sizes,
     "grad-norm-shards": theory.grad_norm_shards,

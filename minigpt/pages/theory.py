@@ -367,6 +367,51 @@ def batch_lr_scaling(lang: str) -> str:
     return markdown_table(headers, rows)
 
 
+@lru_cache(maxsize=1)
+def _loss_peaks() -> tuple:
+    from minigpt.logits import loss_peaks
+
+    return tuple(loss_peaks(LOGITS_CHUNKS))
+
+
+LOGITS_CHUNKS = (1, 4, 16)
+
+
+def logits_peak(lang: str) -> str:
+    """MiniGPT's loss, whole and chunked: the measured peak of its forward and backward passes, in bytes
+    and in sizes of the whole logits (``minigpt.logits.loss_peaks``)."""
+    from minigpt.model import GPTConfig
+    from minigpt.zero.memory import logits_bytes
+
+    cfg = GPTConfig()
+    unit = logits_bytes(64, cfg.block_size, cfg.vocab_size, 4, with_grad=False)
+    headers = [
+        tr(lang, "the loss", "la pérdida"),
+        tr(lang, "peak of its forward and backward", "pico de su pasada hacia delante y hacia atrás"),
+        tr(lang, "in logits' sizes", "en tamaños de los logits"),
+        tr(lang, "loss against the whole", "pérdida frente a la entera"),
+        tr(lang, "largest gradient difference", "mayor diferencia de gradiente"),
+    ]
+    rows = []
+    for r in _loss_peaks():
+        n = r["chunks"]
+        name = (
+            tr(lang, "whole logits", "logits enteros")
+            if n == 1
+            else tr(lang, f"{n} chunks of {64 // n} sentences", f"{n} trozos de {64 // n} frases")
+        )
+        rows.append(
+            [
+                name,
+                f"{num(r['peak_bytes'], lang)} B",
+                num(r["peak_bytes"] / unit, lang, 2),
+                sci(r["loss_diff"], lang) if r["loss_diff"] else "0",
+                sci(r["grad_diff"], lang) if r["grad_diff"] else "0",
+            ]
+        )
+    return markdown_table(headers, rows, align="lrrrr")
+
+
 # --- page 03: FSDP in practice ----------------------------------------------------------------
 
 
