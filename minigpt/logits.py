@@ -7,9 +7,9 @@ backward pass makes a gradient of the same shape. :func:`chunked_masked_loss` co
 checkpointing, so that only one chunk's logits exist at a time: the backward pass recomputes them.
 It is the same loss (the per-sentence means are summed, then divided by the number of sentences).
 
-:func:`loss_peaks` measures the peak of the loss's forward and backward passes on MiniGPT's head,
-whole and chunked (:class:`minigpt.fsdp.memory.PeakMemory`); theory page 00, "The logits at the
-loss", shows it beside the formula of :func:`minigpt.zero.memory.logits_bytes`.
+:func:`minigpt.fsdp.memory.loss_peaks` measures the peak of the loss's forward and backward passes
+on MiniGPT's head, whole and chunked; theory page 00, "The logits at the loss", shows it beside the
+formula of :func:`minigpt.zero.memory.logits_bytes`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from minigpt.model import GPTConfig, masked_loss
+from minigpt.model import masked_loss
 
 
 def _rows_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor):
@@ -38,39 +38,3 @@ def chunked_masked_loss(
             _rows_loss_sum, hidden[part], weight, targets[part], loss_mask[part], use_reentrant=False
         )
     return total / hidden.shape[0]
-
-
-def loss_peaks(chunks: tuple[int, ...] = (1, 4, 16), batch: int = 64, seed: int = 0) -> list[dict]:
-    """The peak bytes of the loss's forward and backward passes on MiniGPT's head (``batch`` sentences of
-    ``block_size`` tokens, vocabulary and width of :class:`~minigpt.model.GPTConfig`), whole
-    (``chunks=1``) and in ``chunks`` equal chunks of sentences, each with the loss's and the
-    gradients' largest differences from the whole computation."""
-    from minigpt.fsdp.memory import PeakMemory
-
-    cfg = GPTConfig()
-    generator = torch.Generator().manual_seed(seed)
-    hidden0 = torch.randn(batch, cfg.block_size, cfg.n_embd, generator=generator)
-    weight0 = torch.randn(cfg.vocab_size, cfg.n_embd, generator=generator) * 0.02
-    targets = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=generator)
-    mask = torch.rand(batch, cfg.block_size, generator=generator) < 0.5
-    rows = []
-    whole = None
-    for n in chunks:
-        hidden, weight = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
-        with PeakMemory() as mem:
-            if n == 1:
-                loss = masked_loss(hidden @ weight.T, targets, mask)
-            else:
-                loss = chunked_masked_loss(hidden, weight, targets, mask, batch // n)
-            loss.backward()
-        found = (loss.detach(), hidden.grad, weight.grad)
-        whole = whole or found
-        rows.append(
-            {
-                "chunks": n,
-                "peak_bytes": mem.peak_bytes,
-                "loss_diff": float((found[0] - whole[0]).abs()),
-                "grad_diff": max(float((a - b).abs().max()) for a, b in zip(found[1:], whole[1:], strict=True)),
-            }
-        )
-    return rows

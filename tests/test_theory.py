@@ -245,7 +245,8 @@ def test_the_chunked_loss_is_the_loss_and_the_whole_one_peaks_at_three_logits():
     """Theory 00, "The logits at the loss": chunked by sentences, MiniGPT's loss and gradients are the whole
     ones up to the order of the sums; the whole loss's passes peak at three [B, S, V] tensors (the kept
     log-softmax, the gradient arriving, the logits' gradient), and 16 chunks bring that below half of one."""
-    from minigpt.logits import chunked_masked_loss, loss_peaks
+    from minigpt.fsdp.memory import loss_peaks
+    from minigpt.logits import chunked_masked_loss
 
     unit = memory.logits_bytes(64, 32, 609, 4, with_grad=False)
     whole, _, sixteen = loss_peaks((1, 4, 16))
@@ -253,6 +254,13 @@ def test_the_chunked_loss_is_the_loss_and_the_whole_one_peaks_at_three_logits():
     assert sixteen["peak_bytes"] < 0.5 * unit and sixteen["loss_diff"] < 1e-5 and sixteen["grad_diff"] < 1e-7
     with pytest.raises(ValueError, match="at least 1"):
         chunked_masked_loss(*([None] * 4), 0)
+
+
+def test_young_interval():
+    tau, lost = memory.young_interval(10, 3600)  # a 10 s save, a failure every hour
+    assert tau == pytest.approx(math.sqrt(72_000)) and lost == pytest.approx(10 / tau + tau / 7200)
+    with pytest.raises(ValueError, match="both must be > 0"):
+        memory.young_interval(0, 3600)
 
 
 def test_data_parallel_degree_and_min_global_batch():

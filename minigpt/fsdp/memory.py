@@ -242,3 +242,40 @@ def _stderr_silenced() -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
+
+
+def loss_peaks(chunks: tuple[int, ...] = (1, 4, 16), batch: int = 64, seed: int = 0) -> list[dict]:
+    """The peak bytes of the loss's forward and backward passes on MiniGPT's head (``batch`` sentences of
+    ``block_size`` tokens, vocabulary and width of :class:`~minigpt.model.GPTConfig`), whole
+    (``chunks=1``) and in ``chunks`` equal chunks of sentences, each with the loss's and the
+    gradients' largest differences from the whole computation."""
+    from minigpt.logits import chunked_masked_loss
+    from minigpt.model import GPTConfig, masked_loss
+
+    cfg = GPTConfig()
+    generator = torch.Generator().manual_seed(seed)
+    hidden0 = torch.randn(batch, cfg.block_size, cfg.n_embd, generator=generator)
+    weight0 = torch.randn(cfg.vocab_size, cfg.n_embd, generator=generator) * 0.02
+    targets = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=generator)
+    mask = torch.rand(batch, cfg.block_size, generator=generator) < 0.5
+    rows = []
+    whole = None
+    for n in chunks:
+        hidden, weight = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
+        with PeakMemory() as mem:
+            if n == 1:
+                loss = masked_loss(hidden @ weight.T, targets, mask)
+            else:
+                loss = chunked_masked_loss(hidden, weight, targets, mask, batch // n)
+            loss.backward()
+        found = (loss.detach(), hidden.grad, weight.grad)
+        whole = whole or found
+        rows.append(
+            {
+                "chunks": n,
+                "peak_bytes": mem.peak_bytes,
+                "loss_diff": float((found[0] - whole[0]).abs()),
+                "grad_diff": max(float((a - b).abs().max()) for a, b in zip(found[1:], whole[1:], strict=True)),
+            }
+        )
+    return rows
