@@ -14,6 +14,7 @@ import pytest
 
 from minigpt.model import GPTConfig, MiniGPT
 from minigpt.pages import lab03_options as pages
+from minigpt.zero import memory
 from tests import launcher
 from tests.limits import limit
 
@@ -76,6 +77,14 @@ def check(report: dict) -> None:
     )
     if off["device"] == "cpu":
         assert off["tried"].startswith("RuntimeError"), off
+    ck = report["checkpoint"]
+    assert ck["step_seconds"] > 0 and ck["save_seconds"] > 0
+    assert ck["checkpoint_bytes"] > 12 * counts["elements"]  # the weights and AdamW's two moments, in fp32
+    ex = report["export"]
+    assert "share memory" in ex["save_file"] and "wte.weight" in ex["save_file"]
+    assert (ex["stored_tensors"], ex["state_dict_names"], len(ex["tied_stored_as"])) == (44, 45, 1)
+    assert 4 * counts["elements"] < ex["file_bytes"] < 4 * counts["elements"] + 10_000  # the header: a few kB
+    assert (ex["missing"], ex["unexpected"], ex["identical_logits"]) == ([], [], True)
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +99,8 @@ def test_two_ranks_measure_what_the_shapes_and_the_documentation_say(two_ranks):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check(json.loads((out / "options.json").read_text()))
     for lang in ("en", "es"):
-        for part in ("optimizer", "precedence", "offload"):
-            assert (out / f"03-options-{part}-{lang}.txt").read_text().startswith("| ")
+        for part in ("optimizer", "precedence", "offload", "checkpoint", "export"):
+            assert "| --- |" in (out / f"03-options-{part}-{lang}.txt").read_text()
 
 
 def test_the_page_shows_the_committed_run_and_its_sentences_hold():
@@ -111,3 +120,8 @@ def test_the_page_shows_the_committed_run_and_its_sentences_hold():
     extra = rows["FSDP2"]["state_numel_here"] - rows["FSDP1, use_orig_params=False"]["state_numel_here"]
     assert f"{extra} elements more" in en and f"{extra} elementos más" in es
     assert report["offload"]["device_bytes_saved"] // 10**6 == 4  # "it would free 4 MB"
+    ck = report["checkpoint"]
+    tau, _ = memory.young_interval(ck["save_seconds"], 3600)  # "every few hundred steps, less than a minute apart"
+    assert tau < 60 and 100 <= tau / ck["step_seconds"] < 1000, (tau, ck)
+    _, lost = memory.young_interval(*pages.PAPER_SAVE)  # "loses a few percent of its time"
+    assert 0.01 < lost < 0.1

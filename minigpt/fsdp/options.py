@@ -16,7 +16,10 @@ Run by ``lab/03_fsdp_options.py``; Lab 03's page, "The options you meet first".
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -164,3 +167,84 @@ def cpu_offload(cfg: TrainConfig, ctx: DistContext) -> dict:
         "bytes_to_host_per_step": 4 * local,
         "device_bytes_saved": 16 * local,
     }
+
+
+def checkpoint_cost(cfg: TrainConfig, ctx: DistContext, folder: Path, repeats: int = 5) -> dict:
+    """The median seconds of a training step and of a sharded save of the whole training state
+    (``dcp.save`` of the model's and AdamW's state dicts), and the checkpoint's bytes on disk: the two
+    numbers Young's interval needs (:func:`minigpt.zero.memory.young_interval`)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = shard(build_model(cfg).to(ctx.device))
+    optimizer = build_optimizer(model, cfg)
+    steps, saves = [], []
+    for k in range(repeats + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        forward_backward(model, k, cfg, ctx)
+        optimizer.step()
+        optimizer.zero_grad()
+        dist.barrier()
+        if k:
+            steps.append(time.perf_counter() - start)
+    for k in range(repeats):
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        dist.barrier()
+        start = time.perf_counter()
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder / f"save{k}"))
+        dist.barrier()
+        saves.append(time.perf_counter() - start)
+    on_disk = sum(f.stat().st_size for f in (folder / "save0").rglob("*") if f.is_file())
+    return {
+        "step_seconds": statistics.median(steps),
+        "save_seconds": statistics.median(saves),
+        "checkpoint_bytes": on_disk,
+    }
+
+
+def safetensors_export(cfg: TrainConfig, ctx: DistContext, folder: Path) -> dict:
+    """The sharded model consolidated on rank 0 and written as safetensors: the tied embedding refused
+    by ``save_file`` (two names, one storage), written once by ``save_model``, read back into a new
+    MiniGPT whose logits are compared with the sharded model's, bit for bit."""
+    from safetensors import safe_open
+    from safetensors.torch import load_model, save_file, save_model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from minigpt.fsdp.practice import rank_batch
+
+    model = shard(build_model(cfg).to(ctx.device))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    probe = rank_batch(0, cfg, ctx)[0]
+    with torch.no_grad():
+        sharded_logits, _ = model(probe)
+    found: dict = {}
+    if ctx.rank == 0:
+        plain = build_model(cfg)
+        plain.load_state_dict(full)
+        try:
+            save_file(plain.state_dict(), str(folder / "refused.safetensors"))
+            found["save_file"] = "ok"
+        except (RuntimeError, ValueError) as exc:
+            found["save_file"] = _first_line(exc)
+        path = folder / "minigpt.safetensors"
+        save_model(plain, str(path))
+        with safe_open(str(path), framework="pt") as f:
+            stored = list(f.keys())
+        back = build_model(TrainConfig(seed=cfg.seed + 1))  # other weights, all overwritten
+        missing, unexpected = load_model(back, str(path))
+        with torch.no_grad():
+            back_logits, _ = back(probe.cpu())
+        found.update(
+            {
+                "file_bytes": path.stat().st_size,
+                "stored_tensors": len(stored),
+                "state_dict_names": len(plain.state_dict()),
+                "tied_stored_as": [name for name in ("wte.weight", "lm_head.weight") if name in stored],
+                "missing": list(missing),
+                "unexpected": list(unexpected),
+                "identical_logits": bool(torch.equal(back_logits, sharded_logits.cpu())),
+            }
+        )
+    dist.barrier()
+    return found

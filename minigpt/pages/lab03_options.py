@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minigpt.pages.lang import LANGS, num, tr
+from minigpt.pages.lang import LANGS, num, pct, tr
+from minigpt.zero.memory import young_interval
 
 PCIE_BYTES_PER_S = 25e9  # PCIe 4.0 x16, nominal, one direction
 BIG = 10**9  # the paper's model: 10^9 parameters in fp32 with AdamW, on 8 ranks
@@ -126,16 +127,94 @@ def offload_table(report: dict, lang: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+MTBFS = ((3600, "1 hour", "1 hora"), (86400, "1 day", "1 día"), (7 * 86400, "1 week", "1 semana"))
+# on paper: a 7B model's training state (16 bytes per parameter) written at 10 GB/s, a job that fails every 6 h
+PAPER_SAVE = (7e9 * 16 / 10e9, 6 * 3600)
+
+
+def checkpoint_table(report: dict, lang: str) -> str:
+    """Young's interval from the measured step and save, for three mean times between failures."""
+    ck = report["checkpoint"]
+    step, save = ck["step_seconds"], ck["save_seconds"]
+    rows = [
+        tr(
+            lang,
+            f"A step takes {num(step * 1e3, lang)} ms; a sharded save of the training state "
+            f"({num(ck['checkpoint_bytes'], lang)} bytes on disk) {num(save * 1e3, lang)} ms.",
+            f"Un paso tarda {num(step * 1e3, lang)} ms; un guardado fragmentado del estado de entrenamiento "
+            f"({num(ck['checkpoint_bytes'], lang)} bytes en disco), {num(save * 1e3, lang)} ms.",
+        ),
+        "",
+        tr(
+            lang,
+            "| mean time between failures | Young's interval √(2δM) | in steps | time lost (saving + redoing) |",
+            "| tiempo medio entre fallos | intervalo de Young √(2δM) | en pasos | tiempo perdido (guardar + rehacer) |",
+        ),
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for mtbf, en, es in MTBFS:
+        tau, lost = young_interval(save, mtbf)
+        rows.append(f"| {tr(lang, en, es)} | {num(tau, lang)} s | {num(tau / step, lang)} | {pct(lost, lang, 2)} |")
+    tau, lost = young_interval(*PAPER_SAVE)
+    rows.append(
+        tr(
+            lang,
+            f"| 6 hours, a 7B model on paper (δ = {num(PAPER_SAVE[0], lang, 1)} s: 112 GB at 10 GB/s) |",
+            f"| 6 horas, un modelo de 7B sobre el papel (δ = {num(PAPER_SAVE[0], lang, 1)} s: 112 GB a 10 GB/s) |",
+        )
+        + f" {num(tau, lang)} s | — | {pct(lost, lang, 2)} |"
+    )
+    return "\n".join(rows) + "\n"
+
+
+def export_table(report: dict, lang: str) -> str:
+    ex = report["export"]
+    yes, no = tr(lang, "yes", "sí"), "no"
+    rows = [
+        tr(lang, "| safetensors | |", "| safetensors | |"),
+        "| --- | --- |",
+        tr(lang, "| `save_file(model.state_dict())` |", "| `save_file(model.state_dict())` |")
+        + f" {_error(ex['save_file'])} |",
+        tr(lang, "| `save_model(model)`: tensors stored |", "| `save_model(model)`: tensores guardados |")
+        + tr(
+            lang,
+            f" {ex['stored_tensors']} of {ex['state_dict_names']} names",
+            f" {ex['stored_tensors']} de {ex['state_dict_names']} nombres",
+        )
+        + " |",
+        tr(lang, "| the tied matrix stored as |", "| la matriz compartida, guardada como |")
+        + " "
+        + ", ".join(f"`{n}`" for n in ex["tied_stored_as"])
+        + " |",
+        tr(lang, "| file |", "| archivo |") + f" {num(ex['file_bytes'], lang)} bytes |",
+        tr(
+            lang,
+            "| `load_model` into a new MiniGPT: missing, unexpected |",
+            "| `load_model` en un MiniGPT nuevo: faltan, sobran |",
+        )
+        + f" {len(ex['missing'])}, {len(ex['unexpected'])} |",
+        tr(
+            lang,
+            "| its logits equal the sharded model's, bit for bit |",
+            "| sus logits iguales a los del modelo fragmentado, bit a bit |",
+        )
+        + f" {yes if ex['identical_logits'] else no} |",
+    ]
+    return "\n".join(rows) + "\n"
+
+
 def tables(report: dict, lang: str) -> dict[str, str]:
     return {
         "optimizer": optimizer_table(report, lang),
         "precedence": precedence_table(report, lang),
         "offload": offload_table(report, lang),
+        "checkpoint": checkpoint_table(report, lang),
+        "export": export_table(report, lang),
     }
 
 
 def render(json_path: str | Path) -> list[Path]:
-    """Write ``03-options-{optimizer,precedence,offload}-{en,es}.txt`` beside the JSON; return the paths."""
+    """Write ``03-options-{optimizer,precedence,offload,checkpoint,export}-{en,es}.txt`` beside the JSON; return the paths."""
     path = Path(json_path)
     report = json.loads(path.read_text())
     written = []

@@ -1,10 +1,13 @@
 """Lab 03's options run: what FSDP1 (``use_orig_params`` False and True) and FSDP2 hand the optimizer,
-which dtype a matmul runs in when autocast and FSDP's mixed precision are both set, and CPU offload.
+which dtype a matmul runs in when autocast and FSDP's mixed precision are both set, CPU offload, the
+cost of a checkpoint, and a safetensors export.
 
     torchrun --nproc_per_node=2 lab/03_fsdp_options.py --report lab/results/03-options-cpu.json
     python lab/03_fsdp_options.py --render lab/results/03-options-cpu.json
 
-The measurements are :mod:`minigpt.fsdp.options`; the page's tables, :mod:`minigpt.pages.lab03_options`.
+It also times a training step and a sharded save of the training state (for the interval between
+checkpoints) and exports the model as safetensors, in ``--out-dir``. The measurements are
+:mod:`minigpt.fsdp.options`; the page's tables, :mod:`minigpt.pages.lab03_options`.
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ from minigpt.parallel import launch
 from minigpt.runners import entry
 
 PROG = "lab/03_fsdp_options.py"
-RESULT_KEYS = ("optimizer", "precedence", "offload")
+RESULT_KEYS = ("optimizer", "precedence", "offload", "checkpoint", "export")
+DEFAULT_OUT_DIR = "out/lab03-options"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = cli.torchrun_parser(PROG, __doc__, nproc="2")
     p.add_argument("--report", metavar="FILE", help="write the measurements as JSON here, and its tables beside it")
     p.add_argument("--render", metavar="JSON", help="only render an existing result (no measuring)")
+    p.add_argument(
+        "--out-dir", default=DEFAULT_OUT_DIR, help=f"folder for the checkpoints it saves (default: {DEFAULT_OUT_DIR})"
+    )
     cli.add_device_flag(p)
     args = p.parse_args(argv)
     from minigpt.pages.lab03_options import render
@@ -38,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.report is not None:
             cli.output_file(args.report, "--report")
+        out_dir = cli.output_dir(args.out_dir, "--out-dir")
         _, _, world_size = launch.torchrun_env()
 
         def accepts(n: int) -> None:
@@ -62,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         "precedence": launch.run(ctx, PROG, lambda: options.autocast_precedence(cfg, ctx)),
         "offload": launch.run(ctx, PROG, lambda: options.cpu_offload(cfg, ctx)),
     }
+    if ctx.is_main:
+        cli.make_parents(out_dir, is_dir=True)
+    report["checkpoint"] = launch.run(ctx, PROG, lambda: options.checkpoint_cost(cfg, ctx, out_dir))
+    report["export"] = launch.run(ctx, PROG, lambda: options.safetensors_export(cfg, ctx, out_dir))
     launch.teardown()
     if ctx.is_main:
         from minigpt.pages.lab03_options import tables

@@ -25,6 +25,7 @@ Everything is in bytes, per device. No torch, no numpy needed: the command line
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from minigpt.zero import analytic as za
@@ -208,6 +209,18 @@ def logits_bytes(batch: int, seq_len: int, vocab: int, bytes_per: int = 4, with_
     for name, value in (("batch", batch), ("seq_len", seq_len), ("vocab", vocab), ("bytes_per", bytes_per)):
         za._positive_int(name, value)
     return batch * seq_len * vocab * bytes_per * (2 if with_grad else 1)
+
+
+def young_interval(save_seconds: float, mtbf_seconds: float) -> tuple[float, float]:
+    """Young's checkpoint interval ``τ = sqrt(2 δ M)`` for a save of ``δ`` seconds and a mean time
+    between failures ``M``, and the fraction of time it loses: ``δ/τ`` saving plus ``τ/(2M)`` of work
+    redone after a failure (on average half an interval)."""
+    if not (save_seconds > 0 and mtbf_seconds > 0):
+        raise ValueError(
+            f"a save of {save_seconds} s and a mean time between failures of {mtbf_seconds} s: both must be > 0"
+        )
+    tau = math.sqrt(2 * save_seconds * mtbf_seconds)
+    return tau, save_seconds / tau + tau / (2 * mtbf_seconds)
 
 
 # --- DeepSpeed's estimators -------------------------------------------------------------------
