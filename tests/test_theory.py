@@ -263,6 +263,24 @@ def test_young_interval():
         memory.young_interval(0, 3600)
 
 
+def test_tensor_parallel_on_each_link_against_the_layers_computation():
+    """Theory 02: one layer of the 7B example computes in 1.55 ms on 8 GPUs at 400 TFLOP/s; its four
+    all-reduces take less over NVLink and six times more over PCIe or InfiniBand HDR."""
+    from minigpt.pages import theory
+    from minigpt.pages.lab01_links import PAPER_LINKS
+    from minigpt.parallel.links import ring_all_reduce_seconds
+
+    compute = 6 * 12 * 4096**2 * 4096 / 8 / theory.GPU_FLOPS
+    assert round(compute * 1e3, 2) == 1.55
+    ratio = {
+        names[0]: 4 * ring_all_reduce_seconds(4096 * 4096 * 2, 8, alpha, beta) / compute
+        for names, alpha, beta in PAPER_LINKS
+    }
+    assert ratio["NVLink 4 (H100), per GPU"] < 1
+    assert 5.5 < ratio["PCIe 4.0 x16"] < 6.5 and 5.5 < ratio["InfiniBand HDR, 200 Gb/s"] < 6.5
+    assert f"{ratio['PCIe 4.0 x16']:.2f} ×" in theory.tp_links("en")
+
+
 def test_data_parallel_degree_and_min_global_batch():
     assert za.data_parallel_degree(1024) == 1024 == za.min_global_batch(1024)
     assert za.data_parallel_degree(1024, tensor_parallel=8) == 128 == za.min_global_batch(1024, 8)

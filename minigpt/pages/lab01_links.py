@@ -17,6 +17,7 @@ from minigpt.parallel import links
 PAPER_LINKS = (
     (("10 Gb/s Ethernet (TCP)", "Ethernet de 10 Gb/s (TCP)"), 30e-6, 1.25e9),
     (("InfiniBand HDR, 200 Gb/s", "InfiniBand HDR, 200 Gb/s"), 3e-6, 25e9),
+    (("PCIe 4.0 x16", "PCIe 4.0 x16"), 5e-6, 25e9),
     (("NVLink 4 (H100), per GPU", "NVLink 4 (H100), por GPU"), 3e-6, 450e9),
 )
 # (names, gradient bytes, ranks): MiniGPT's fp32 gradient on Lab 01's two ranks; a 1B-parameter model in bf16 on 8

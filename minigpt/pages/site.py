@@ -38,6 +38,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "zero-memory": theory.zero_memory,
     "zero-stages": theory.zero_stages,
     "pipeline-bubble": theory.pipeline_bubble,
+    "tp-links": theory.tp_links,
     "hsdp-layouts": theory.hsdp_layouts,
     "hsdp-groups": theory.hsdp_groups,
     "activation-recompute": theory.activation_recompute,

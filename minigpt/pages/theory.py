@@ -240,6 +240,39 @@ def zero_stages(lang: str) -> str:
 # --- page 02: parallelism flavours ------------------------------------------------------------
 
 
+TP_WORLD = 8  # the 7B example's tensor-parallel degree
+GPU_FLOPS = 400e12  # on paper: one GPU's sustained bf16 throughput (about 40% of an H100's dense peak)
+
+
+def tp_links(lang: str) -> str:
+    """The 7B example's tensor-parallel all-reduces (t = 8, one sequence of 4,096 tokens in bf16), timed
+    on nominal links with the alpha-beta model, against one layer's computation on the same GPUs."""
+    from minigpt.pages.lab01_links import PAPER_LINKS
+    from minigpt.parallel.links import ring_all_reduce_seconds
+
+    h, layers = SHAPE_7B["n_embd"], SHAPE_7B["n_layer"]
+    activation = SEQ_7B * h * 2  # the b s h activations all-reduced, bf16
+    compute = 6 * 12 * h * h * SEQ_7B / TP_WORLD / GPU_FLOPS  # 12 h^2 weights per layer, 6 flops each per token
+    headers = [
+        tr(lang, "link", "enlace"),
+        tr(lang, "4 all-reduces of one layer", "4 all-reduce de una capa"),
+        tr(lang, f"{layers} layers", f"{layers} capas"),
+        tr(lang, "against the layer's computation", "frente al cálculo de la capa"),
+    ]
+    rows = []
+    for names, alpha, beta in PAPER_LINKS:
+        layer = 4 * ring_all_reduce_seconds(activation, TP_WORLD, alpha, beta)
+        rows.append(
+            [
+                names[0] if lang == "en" else names[1],
+                f"{num(layer * 1e3, lang, 2)} ms",
+                f"{num(layer * layers * 1e3, lang, 0)} ms",
+                f"{num(layer / compute, lang, 2)} ×",
+            ]
+        )
+    return markdown_table(headers, rows)
+
+
 def pipeline_bubble(lang: str) -> str:
     """Bubble fraction (p - 1)/(m + p - 1) by micro-batches m and stages p."""
     stage_counts = (2, 4, 8, 16)
