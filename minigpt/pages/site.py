@@ -35,6 +35,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "activations-vs-sequence": theory.activations_vs_sequence,
     "training-time": theory.training_time,
     "ring-allreduce": theory.ring_allreduce,
+    "uneven-batches": theory.uneven_batches,
     "zero-memory": theory.zero_memory,
     "zero-stages": theory.zero_stages,
     "pipeline-bubble": theory.pipeline_bubble,

@@ -184,6 +184,29 @@ def ring_allreduce(lang: str) -> str:
 ZERO_LABELS = {0: "DDP", 1: "ZeRO-1 ($P_{os}$)", 2: "ZeRO-2 ($P_{os+g}$)", 3: "ZeRO-3 ($P_{os+g+p}$)"}
 
 
+@lru_cache(maxsize=1)
+def _uneven_slices() -> tuple:
+    from minigpt.parallel.ddp import uneven_slices
+
+    return tuple(uneven_slices())
+
+
+def uneven_batches(lang: str) -> str:
+    """MiniGPT's batch split unevenly over ranks: the gradient error of DDP's plain average and of the
+    average of scaled losses (``minigpt.parallel.ddp.uneven_slices``); below 10^-6 is rounding."""
+
+    def cell(x: float) -> str:
+        return "< 10⁻⁶" if x < 1e-6 else pct(x, lang, 1)
+
+    headers = [
+        tr(lang, "sentences per rank", "frases por rank"),
+        tr(lang, "plain average of the gradients", "media simple de los gradientes"),
+        tr(lang, "each loss scaled by N·B_r/B", "cada pérdida escalada por N·B_r/B"),
+    ]
+    rows = [[" + ".join(str(b) for b in r["split"]), cell(r["plain"]), cell(r["scaled"])] for r in _uneven_slices()]
+    return markdown_table(headers, rows)
+
+
 def zero_memory(lang: str) -> str:
     """The ZeRO paper's Table 1: GB per device for Ψ = 7.5B, K = 12, rounded as the paper does."""
     headers = [tr(lang, "devices $N$", "dispositivos $N$")] + [ZERO_LABELS[s] for s in za.STAGES]

@@ -349,3 +349,51 @@ class BucketedDDP(nn.Module):
             }
             for b in self.buckets
         ]
+
+
+def uneven_loss_scale(rows_here: int, rows_total: int, world_size: int) -> float:
+    """What a rank multiplies its loss by when the ranks hold different numbers of sentences, so that
+    DDP's average of the ranks' gradients is the gradient of the whole batch: ``N * B_r / B``. The
+    loss of a slice is the mean over its ``B_r`` sentences; the mean of the ranks' means would weigh a
+    sentence of a small slice more than one of a large slice."""
+    if not 0 <= rows_here <= rows_total or rows_total < 1 or world_size < 1:
+        raise ValueError(f"{rows_here} of {rows_total} rows on {world_size} ranks: need 0 <= rows <= total, both >= 1")
+    return world_size * rows_here / rows_total
+
+
+def uneven_slices(splits: tuple[tuple[int, ...], ...] = ((32, 32), (40, 24), (60, 4))) -> list[dict]:
+    """For each split of MiniGPT's 64-sentence batch over ranks: the largest difference from the whole
+    batch's gradient, relative to its largest element, of the plain average of the ranks' gradients
+    and of the average with each loss scaled by :func:`uneven_loss_scale` (each slice's gradient taken
+    in one process: the arithmetic DDP's all-reduce does)."""
+    from minigpt import grammar
+    from minigpt.train import TrainConfig, build_model
+
+    cfg = TrainConfig()
+    model = build_model(cfg)
+    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+
+    def gradient(rows: slice, scale: float = 1.0) -> torch.Tensor:
+        model.zero_grad()
+        (model(x[rows], y[rows], mask[rows])[1] * scale).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    whole = gradient(slice(0, cfg.batch_size))
+    found = []
+    for split in splits:
+        if sum(split) != cfg.batch_size:
+            raise ValueError(f"the split {split} does not add up to the batch of {cfg.batch_size}")
+        bounds = [sum(split[:r]) for r in range(len(split) + 1)]
+        parts = [slice(bounds[r], bounds[r + 1]) for r in range(len(split))]
+        n = len(split)
+        plain = sum(gradient(part) for part in parts) / n
+        scaled = sum(gradient(part, uneven_loss_scale(b, cfg.batch_size, n)) for part, b in zip(parts, split)) / n
+        scale = whole.abs().max()
+        found.append(
+            {
+                "split": list(split),
+                "plain": float((plain - whole).abs().max() / scale),
+                "scaled": float((scaled - whole).abs().max() / scale),
+            }
+        )
+    return found
