@@ -231,3 +231,6 @@ results-06: $(STAMP)
 results-07: $(STAMP)
 	$(TORCHRUN8) lab/07_nd_parallel.py --check --quiet --report $(RESULTS)/07-nd-parallel-cpu.json
 	$(PY) lab/07_nd_parallel.py --render $(RESULTS)/07-nd-parallel-cpu.json
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=16 lab/07_nd_parallel.py --check --quiet \
+		--dp-replicate 2 --dp-shard 2 --cp 2 --tp 2 --report $(RESULTS)/07-nd-parallel-4d-cpu.json
+	$(PY) lab/07_nd_parallel.py --render $(RESULTS)/07-nd-parallel-4d-cpu.json

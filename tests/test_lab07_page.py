@@ -20,6 +20,7 @@ from minigpt.train import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
 REPORT = "07-nd-parallel-cpu.json"
+FOUR_D = "07-nd-parallel-4d-cpu.json"  # every degree 2, 16 ranks (make results-07)
 PAGES = {"en": ROOT / "lab" / "07-nd-parallel.md", "es": ROOT / "lab" / "07-nd-parallel.es.md"}
 LAYOUTS = {"2 x 2 x 1 x 2": (2, 2, 1, 2), "1 x 2 x 2 x 2": (1, 2, 2, 2)}
 
@@ -90,6 +91,22 @@ def test_the_run_proves_what_the_page_says():
         assert found["ranks_bit_identical"] and found["bytes_constant_over_steps"]
 
 
+def test_every_degree_above_one_holds_on_sixteen_ranks():
+    """Section 3, "Every degree above 1": 2 x 2 x 2 x 2 on 16 ranks, every byte count the one worked out
+    here, every ruler passing; the page quotes its seconds and its memory."""
+    r = json.loads((RESULTS / FOUR_D).read_text())
+    assert r["criterion_pass"] and r["world_size"] == 16 and r["broken_rulers"] == []
+    found = r["layouts"]["2 x 2 x 2 x 2"]
+    want = bytes_by_hand(minigpt_shape(), (2, 2, 2, 2), TrainConfig().batch_size)
+    assert found["bytes_per_dim"] == found["bytes_model_per_dim"] == want
+    assert found["whole_from_pieces"] == {"parameters": 44, "bit_identical_every_rank": True}
+    en = (ROOT / "lab" / "07-nd-parallel.md").read_text(encoding="utf-8")
+    es = (ROOT / "lab" / "07-nd-parallel.es.md").read_text(encoding="utf-8")
+    seconds, gb = round(r["seconds"]), r["peak_rss_kb"] / 1e6  # kB as the page counts them: 1,000 bytes
+    assert f"It took {seconds} s and {gb:.1f} GB here" in en
+    assert f"Tardó {seconds} s y {gb:.1f} GB aquí".replace(".", ",") in es
+
+
 def test_the_byte_model_of_the_examples_is_the_count_by_hand():
     """The page's table of other frameworks' configurations: the lab's model (the function that equals
     the measured bytes) against the count worked out here, for MiniGPT and for the 8B-class model."""
@@ -130,7 +147,7 @@ def test_the_figure_s_groups_are_the_coordinates():
     assert second["cp"] == [[0, 2], [1, 3], [4, 6], [5, 7]] and second["dp_shard_cp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
 
-@pytest.mark.parametrize("name", [REPORT])
+@pytest.mark.parametrize("name", [REPORT, FOUR_D])
 def test_the_fragments_are_the_report_rendered(tmp_path, name):
     copy = tmp_path / name
     shutil.copy(RESULTS / name, copy)

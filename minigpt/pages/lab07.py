@@ -75,8 +75,8 @@ def layouts(r: dict, lang: str) -> str:
                 num(memory["measured"], lang),
                 tr(
                     lang,
-                    f"{model}: {num(memory['model'], lang)}, all 8 ranks",
-                    f"{model}: {num(memory['model'], lang)}, los 8 ranks",
+                    f"{model}: {num(memory['model'], lang)}, all {len(memory['every_rank'])} ranks",
+                    f"{model}: {num(memory['model'], lang)}, los {len(memory['every_rank'])} ranks",
                 ),
                 yes(all(m == memory["model"] for m in memory["every_rank"]), lang),
             ]
