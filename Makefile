@@ -199,6 +199,7 @@ results-03: $(STAMP)
 	$(TORCHRUN) lab/03_fsdp_practice.py --steps 20 --report $(RESULTS)/03-practice-cpu.json
 	$(PY) lab/03_fsdp_practice.py --render $(RESULTS)/03-practice-cpu.json
 	$(TORCHRUN) lab/03_fsdp_options.py --report $(RESULTS)/03-options-cpu.json
+	OMP_NUM_THREADS=1 $(PY) lab/03_compile_budget.py --report $(RESULTS)/03-compile-budget-cpu.json
 
 results-04: $(STAMP)
 	$(TORCHRUN) lab/04_fsdp.py --check --full --quiet --report $(RESULTS)/04-fsdp-cpu.json

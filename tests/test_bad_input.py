@@ -43,6 +43,7 @@ READING = "minigpt.runners.lab03_fsdp_reading"
 PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
 OPTIONS = "minigpt.runners.lab03_fsdp_options"
+BUDGET = "minigpt.runners.lab03_compile_budget"
 FSDP4 = "minigpt.runners.lab04_fsdp"
 TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
@@ -109,6 +110,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (BENCH, ["--parts", "minigpt,nope"], ["--parts minigpt,nope"]),
     (LINKS, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
     (OPTIONS, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
+    (BUDGET, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (BUDGET, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
     (OPTIONS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
     (OPTIONS, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
     (LINKS, ["--repeats", "0"], ["--repeats 0"]),
@@ -414,7 +417,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, LINKS, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, OPTIONS, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
+        {PREFETCH, PRACTICE, OPTIONS, BUDGET, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
     )
 
 

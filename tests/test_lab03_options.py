@@ -125,3 +125,19 @@ def test_the_page_shows_the_committed_run_and_its_sentences_hold():
     assert tau < 60 and 100 <= tau / ck["step_seconds"] < 1000, (tau, ck)
     _, lost = memory.young_interval(*pages.PAPER_SAVE)  # "loses a few percent of its time"
     assert 0.01 < lost < 0.1
+
+
+def test_the_compiler_budget_run_on_the_page():
+    """lab/03_compile_budget.py's committed run (compiling takes most of a minute, so the suite reads it):
+    the forward pass's peak halves at 0.5 and falls to an eighth at 0, the step's peak is lowest at 0.5,
+    and the page's table is the run rendered."""
+    report = json.loads((RESULTS / "03-compile-budget-cpu.json").read_text())
+    by = {r["budget"]: r for r in report["budgets"]}
+    one, half, zero = by[1.0], by[0.5], by[0.0]
+    assert 0.4 < half["forward_peak_bytes"] / one["forward_peak_bytes"] < 0.6
+    assert 0.1 < zero["forward_peak_bytes"] / one["forward_peak_bytes"] < 0.15
+    assert half["step_peak_bytes"] < min(one["step_peak_bytes"], zero["step_peak_bytes"])
+    assert zero["step_peak_bytes"] > 0.9 * one["step_peak_bytes"] and zero["step_seconds"] > one["step_seconds"]
+    assert all(15 < r["first_step_seconds"] < 30 for r in report["budgets"])  # "about 20 s each time"
+    for lang in ("en", "es"):
+        assert (RESULTS / f"03-compile-budget-cpu-{lang}.txt").read_text() == pages.budgets_table(report, lang)

@@ -26,6 +26,7 @@ OUTPUTS = [
     ("minigpt.runners.lab03_fsdp_prefetch", "--trace-dir", "dir", []),
     ("minigpt.runners.lab03_fsdp_practice", "--report", "file", []),
     ("minigpt.runners.lab03_fsdp_options", "--report", "file", []),
+    ("minigpt.runners.lab03_compile_budget", "--report", "file", []),
     ("minigpt.runners.lab03_fsdp_practice", "--out-dir", "dir", []),
     ("minigpt.runners.lab03_fsdp_reading", "--markdown", "file", []),
     ("minigpt.pages.site", "--tables-dir", "dir", []),

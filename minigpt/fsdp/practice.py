@@ -425,3 +425,50 @@ def diagnostics(cfg: TrainConfig, ctx: DistContext) -> dict:
         "phase_peak_bytes": mem.phase_peaks,
         "census": census,
     }
+
+
+def compile_budgets(cfg: TrainConfig, budgets: tuple[float, ...] = (1.0, 0.5, 0.0), steps: int = 5) -> list[dict]:
+    """MiniGPT compiled by ``torch.compile`` under each ``activation_memory_budget`` of the partitioner
+    (one process, the compiler's caches off): the seconds of the first step (compilation included), the peak of the forward pass
+    (what it keeps for backward, and its temporaries) and of the whole step, and the median step."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    x, y, mask = grammar.get_batch("train", 0, cfg.batch_size, seed=cfg.seed, block_size=cfg.block_size)
+    saved = functorch_config.activation_memory_budget, inductor_config.force_disable_caches
+    inductor_config.force_disable_caches = True  # the first step compiles for real, as on a new machine
+    found = []
+    try:
+        for budget in budgets:
+            torch._dynamo.reset()
+            functorch_config.activation_memory_budget = budget
+            model = build_model(cfg)
+            compiled = torch.compile(model)
+            start = time.perf_counter()
+            compiled(x, y, mask)[1].backward()
+            first = time.perf_counter() - start
+            model.zero_grad(set_to_none=True)
+            with PeakMemory() as mem:
+                with mem.phase("forward"):
+                    loss = compiled(x, y, mask)[1]
+                with mem.phase("backward"):
+                    loss.backward()
+            times = []
+            for _ in range(steps):
+                model.zero_grad(set_to_none=True)
+                start = time.perf_counter()
+                compiled(x, y, mask)[1].backward()
+                times.append(time.perf_counter() - start)
+            found.append(
+                {
+                    "budget": budget,
+                    "first_step_seconds": first,
+                    "forward_peak_bytes": mem.phase_peaks["forward"],
+                    "step_peak_bytes": mem.peak_bytes,
+                    "step_seconds": statistics.median(times),
+                }
+            )
+    finally:
+        functorch_config.activation_memory_budget, inductor_config.force_disable_caches = saved
+        torch._dynamo.reset()
+    return found

@@ -224,3 +224,35 @@ def render(json_path: str | Path) -> list[Path]:
             target.write_text(text)
             written.append(target)
     return written
+
+
+def budgets_table(report: dict, lang: str) -> str:
+    """``lab/03_compile_budget.py``'s run: per budget, the first step, the peaks and the median step."""
+    rows = [
+        tr(
+            lang,
+            "| `activation_memory_budget` | first step, compiling (s) | forward's peak | whole step's peak | step (ms) |",
+            "| `activation_memory_budget` | primer paso, compilando (s) | pico de la pasada hacia delante "
+            "| pico del paso entero | paso (ms) |",
+        ),
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in report["budgets"]:
+        rows.append(
+            f"| {num(r['budget'], lang, 1)} | {num(r['first_step_seconds'], lang, 1)} | "
+            f"{num(r['forward_peak_bytes'], lang)} B | {num(r['step_peak_bytes'], lang)} B | "
+            f"{num(r['step_seconds'] * 1e3, lang)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def render_budgets(json_path: str | Path) -> list[Path]:
+    """Write ``03-compile-budget-cpu-{en,es}.txt`` beside the JSON; return the paths."""
+    path = Path(json_path)
+    report = json.loads(path.read_text())
+    written = []
+    for lang in LANGS:
+        target = path.parent / f"{path.stem}-{lang}.txt"
+        target.write_text(budgets_table(report, lang))
+        written.append(target)
+    return written
