@@ -7,6 +7,8 @@ four-digit integer), "27,3 %". Sizes in decimal units, as the ZeRO paper counts 
 
 from __future__ import annotations
 
+import re
+
 LANGS = ("en", "es")
 MB = 10**6
 
@@ -54,6 +56,38 @@ def sci(x: float, lang: str, digits: int = 2) -> str:
     """3e-3 -> "3.0e-3" / "3,0e-3"."""
     mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
     return f"{localize(mantissa, lang)}e{int(exponent)}"
+
+
+def localize_number(text: str, lang: str) -> str:
+    """A number Python formatted (``f"{x:,.2f}"``: "1,234,567.50", "27.3%", "1.2e-05") written the way
+    ``lang`` writes numbers: in Spanish "1 234 567,50", "27,3 %", "1,2e-05" (four-digit integers ungrouped)."""
+    _check_lang(lang)
+    if lang == "en":
+        return text
+    text = text.replace(",", "\0").replace(".", ",").replace("\0", " ")
+    whole = re.match(r"-?[\d ]+", text)
+    if whole and re.fullmatch(r"-?\d \d{3}", whole.group(0)):  # 1 234 -> 1234, as num() writes it
+        text = whole.group(0).replace(" ", "") + text[whole.end() :]
+    return text.replace("%", " %")
+
+
+class _Localized:
+    """A number whose ``format(x, spec)`` is Python's, written the way its language writes numbers."""
+
+    def __init__(self, value, lang: str):
+        self.value, self.lang = value, lang
+
+    def __format__(self, spec: str) -> str:
+        return localize_number(format(self.value, spec), self.lang)
+
+    def __str__(self) -> str:
+        return localize_number(str(self.value), self.lang)
+
+
+def localized(lang: str):
+    """The workbooks' ``L``: ``f"{L(x):,.2f}"`` formats ``x`` as Python does, then as ``lang`` writes it."""
+    _check_lang(lang)
+    return lambda value: _Localized(value, lang)
 
 
 def tr(lang: str, en: str, es: str) -> str:
