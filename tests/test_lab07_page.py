@@ -89,6 +89,10 @@ def test_the_run_proves_what_the_page_says():
         memory = found["memory_per_rank"]
         assert set(memory["every_rank"]) == {memory["model"]} == {memory["measured"]}
         assert found["ranks_bit_identical"] and found["bytes_constant_over_steps"]
+        assert found["rulers"]["pytorch_first_step_grad_diff"] <= found["rulers"]["pytorch_one_step_bound"]
+    grads = [sci(r["layouts"][n]["rulers"]["pytorch_first_step_grad_diff"], "en") for n in LAYOUTS]
+    prose = (ROOT / "lab" / "07-nd-parallel.md").read_text(encoding="utf-8")
+    assert f"{grads[0]} and {grads[1]}. The bytes are not compared" in prose
 
 
 def test_every_degree_above_one_holds_on_sixteen_ranks():

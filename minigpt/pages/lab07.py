@@ -111,6 +111,21 @@ def layouts(r: dict, lang: str) -> str:
                 yes(rulers_["pytorch_first_step_logit_diff"] <= rulers_["pytorch_one_step_bound"], lang),
             ]
         )
+        grads = rulers_.get("pytorch_first_step_grad_diff")
+        if grads is not None:
+            rows.append(
+                [
+                    f"{name}: "
+                    + tr(
+                        lang,
+                        "first step, every whole gradient against PyTorch's composition",
+                        "primer paso, cada gradiente entero frente a la composición de PyTorch",
+                    ),
+                    "0" if grads == 0 else sci(grads, lang),
+                    f"≤ {sci(rulers_['pytorch_one_step_bound'], lang, 1)}",
+                    yes(grads <= rulers_["pytorch_one_step_bound"], lang),
+                ]
+            )
     head = [
         tr(lang, "layout: what", "disposición: qué"),
         tr(lang, "measured", "medido"),

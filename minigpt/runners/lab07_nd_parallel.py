@@ -325,14 +325,23 @@ def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.
 def against_pytorch(
     cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.DistContext, cp_factor: bool = True
 ) -> dict:
-    """PyTorch's composition on the same mesh: the first step's logits of the whole batch against
-    ours, and its own float32 step drift over the same run."""
+    """PyTorch's composition on the same mesh: the first step's logits of the whole batch and every
+    whole gradient against ours, and its own float32 step drift over the same run."""
 
     f32 = replace(cfg, dtype="float32")
     ours = NDSystem(f32, mesh, groups, cp_factor, ctx.device)
-    mine = batch_logits(ours.first_step(), ours.coords["tp"] == 0, f32)
+    our_first = ours.first_step()
+    mine = batch_logits(our_first, ours.coords["tp"] == 0, f32)
     torch_first = TorchNDSystem(f32, mesh, ctx.device)
-    theirs = batch_logits(torch_first.first_step(), torch_first.tp_rank == 0, f32)
+    their_first = torch_first.first_step()
+    theirs = batch_logits(their_first, torch_first.tp_rank == 0, f32)
+    # the tied output matrix is wte.weight, under one of its two names in one composition, both in the other
+    names = set(our_first.grads) & set(their_first.grads)
+    if (set(our_first.grads) | set(their_first.grads)) - names - {"lm_head.weight"}:
+        raise RuntimeError(f"the compositions name other gradients: {set(our_first.grads) ^ set(their_first.grads)}")
+    grad_diff = max(
+        float((our_first.grads[n].double().cpu() - their_first.grads[n].double().cpu()).abs().max()) for n in names
+    )
     run = proof.run_with_twin(TorchNDSystem(cfg, mesh, ctx.device), cfg, ctx, twin_norm="run")
     return {
         "pytorch_impl": "init_device_mesh + parallelize_module on tp + fully_shard (HSDP) on "
@@ -341,6 +350,7 @@ def against_pytorch(
             "; PyTorch's context parallelism does not run on CPU: its cp ranks are data parallel" if mesh.cp > 1 else ""
         ),
         "pytorch_first_step_logit_diff": float((mine - theirs).abs().max()),
+        "pytorch_first_step_grad_diff": grad_diff,
         "pytorch_fp32_max_step_drift": run.drift.worst,
         "pytorch_one_step_bound": proof.PYTORCH_ONE_STEP_BOUND,
         "pytorch_drift_bound": proof.drift_bound(run.drift.worst),
