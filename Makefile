@@ -19,7 +19,7 @@ BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 SLURM_NOTE = $(VENV)/slurm-not-installed.txt
 SLURM_PROGRAMS ?= /usr/bin/sbatch /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged
 
-.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07 check-memory
+.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-00 results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07 check-memory
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -38,7 +38,7 @@ help:
 	@echo "make check-pins  maintainers: do the pins of constraints.txt install on Python 3.10-3.14 on Linux"
 	@echo "             (x86_64, aarch64), macOS (arm64) and Windows (amd64)? pip's resolver is asked, nothing installed"
 	@echo "make results maintainers only: re-measure the committed results in lab/results/ (long: Lab 01's"
-	@echo "             benchmark alone takes about 18 min); results-01 ... results-07 one lab."
+	@echo "             benchmark alone takes about 18 min); results-00 ... results-07 one lab."
 	@echo "             Learners never need it: every command of the guides writes to out/"
 	@echo "make check-times, make kernel-sets   maintainers: every lab's default --check timed (median of 3) and under"
 	@echo "             every kernel set the CPU supports (about 90 and 60 min); the guides show both tables"
@@ -156,7 +156,7 @@ TORCHRUN4 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_nod
 TORCHRUN8 := OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=8
 RESULTS  := lab/results
 
-results: results-01 results-02 results-03 results-04 results-05 results-06 results-07
+results: results-00 results-01 results-02 results-03 results-04 results-05 results-06 results-07
 
 # Maintainers: every lab's default --check timed as a learner runs it (the median of 3; on a quiet machine: it is
 # a benchmark), and run under each kernel set the CPU supports (its rulers). The lab guides show both tables.
@@ -169,6 +169,9 @@ kernel-sets: $(STAMP)
 # Maintainers: the memory each lab's default run takes, all its processes at once (README, Platforms); about 25 min.
 check-memory: $(STAMP)
 	$(PY) -m minigpt.runners.checks memory --out $(RESULTS)
+
+results-00: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) lab/00_batch_scaling.py --report $(RESULTS)/00-batch-scaling-cpu.json
 
 results-01: results-01-checks
 	$(TORCHRUN) lab/01_ddp.py --quiet --trace out/lab01-trace --report $(RESULTS)/01-trace-cpu.json

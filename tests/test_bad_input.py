@@ -44,6 +44,7 @@ PREFETCH = "minigpt.runners.lab03_fsdp_prefetch"
 PRACTICE = "minigpt.runners.lab03_fsdp_practice"
 OPTIONS = "minigpt.runners.lab03_fsdp_options"
 BUDGET = "minigpt.runners.lab03_compile_budget"
+SCALING = "minigpt.runners.lab00_batch_scaling"
 FSDP4 = "minigpt.runners.lab04_fsdp"
 TP5 = "minigpt.runners.lab05_tensor_parallel"
 RING5 = "minigpt.runners.lab05_ring_attention"
@@ -111,6 +112,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (LINKS, ["--device", "tpu"], ["--device tpu", "auto, cpu, cuda"]),
     (OPTIONS, ["--device", "gpu"], ["--device gpu", "auto, cpu, cuda"]),
     (BUDGET, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (SCALING, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (SCALING, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
     (BUDGET, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
     (OPTIONS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
     (OPTIONS, ["--report", "{file}/x.json"], ["--report {file}/x.json", "is a file, not a folder"]),
@@ -417,7 +420,7 @@ def test_the_table_covers_every_entry_point():
     rows = ROWS + [(m, a, n) for m, a, _, n in ENV_ROWS] + TORCHRUN_ROWS
     assert len(rows) >= 60
     assert {m for m, _, _ in rows} == {TRAIN, TUTOR, DDP, BENCH, LINKS, KERNELS, DRIFT, ZERO, CROSS, READING}.union(
-        {PREFETCH, PRACTICE, OPTIONS, BUDGET, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
+        {PREFETCH, PRACTICE, OPTIONS, BUDGET, SCALING, FSDP4, TP5, RING5, PIPE6, MESH6, ND7, PAGES, GRADER}
     )
 
 

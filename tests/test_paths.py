@@ -27,6 +27,7 @@ OUTPUTS = [
     ("minigpt.runners.lab03_fsdp_practice", "--report", "file", []),
     ("minigpt.runners.lab03_fsdp_options", "--report", "file", []),
     ("minigpt.runners.lab03_compile_budget", "--report", "file", []),
+    ("minigpt.runners.lab00_batch_scaling", "--report", "file", []),
     ("minigpt.runners.lab03_fsdp_practice", "--out-dir", "dir", []),
     ("minigpt.runners.lab03_fsdp_reading", "--markdown", "file", []),
     ("minigpt.pages.site", "--tables-dir", "dir", []),
