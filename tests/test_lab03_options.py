@@ -69,6 +69,8 @@ def check(report: dict) -> None:
     assert dtypes["policy bf16, reduce fp32"] == ("bfloat16", "bfloat16", "float32", "float32")
     assert dtypes["autocast bf16"] == ("float32", "bfloat16", "float32", "float32")
     assert dtypes["policy fp16 + autocast bf16"][:2] == ("float16", "bfloat16")  # autocast's dtype wins the matmul
+    # the block's own policy wins for its parameters: block 0 computes and reduces in bf16, the root in fp32
+    assert dtypes["root fp32, blocks bf16"] == ("bfloat16", "bfloat16", "bfloat16,float32", "float32")
     off = report["offload"]
     assert off["local_elements"] == counts["fsdp2_rank0"]
     assert (off["bytes_to_device_per_step"], off["device_bytes_saved"]) == (

@@ -93,12 +93,18 @@ def what_the_optimizer_sees(cfg: TrainConfig, ctx: DistContext) -> list[dict]:
     return rows
 
 
-CONFIGS: dict[str, tuple[MixedPrecisionPolicy | None, torch.dtype | None]] = {
+# a policy, or (the root's, the blocks'): each block's own fully_shard call takes the blocks' policy
+CONFIGS: dict[str, tuple[MixedPrecisionPolicy | tuple | None, torch.dtype | None]] = {
     "fp32": (None, None),
     "policy bf16": (MixedPrecisionPolicy(param_dtype=torch.bfloat16), None),
     "policy bf16, reduce fp32": (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32), None),
     "autocast bf16": (None, torch.bfloat16),
     "policy fp16 + autocast bf16": (MixedPrecisionPolicy(param_dtype=torch.float16), torch.bfloat16),
+    # output_dtype: each block hands fp32 back, which the root's own LayerNorm and head need on CPU
+    "root fp32, blocks bf16": (
+        (MixedPrecisionPolicy(), MixedPrecisionPolicy(param_dtype=torch.bfloat16, output_dtype=torch.float32)),
+        None,
+    ),
 }
 
 
@@ -115,9 +121,18 @@ def autocast_precedence(cfg: TrainConfig, ctx: DistContext) -> list[dict]:
 
 
 def _dtypes_under(
-    policy: MixedPrecisionPolicy | None, autocast: torch.dtype | None, cfg: TrainConfig, ctx: DistContext
+    policy: MixedPrecisionPolicy | tuple | None, autocast: torch.dtype | None, cfg: TrainConfig, ctx: DistContext
 ) -> dict:
-    model = shard(build_model(cfg).to(ctx.device), mp_policy=policy)
+    if isinstance(policy, tuple):  # configuration layers: the more specific call wins for what it owns
+        from minigpt.fsdp.variants import world_mesh
+
+        model, (root, blocks) = build_model(cfg).to(ctx.device), policy
+        mesh = world_mesh(ctx.device)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=blocks)
+        fully_shard(model, mesh=mesh, mp_policy=root)
+    else:
+        model = shard(build_model(cfg).to(ctx.device), mp_policy=policy)
     found: dict = {"error": ""}
     model.get_submodule(PROBE).register_forward_hook(
         lambda module, args, out: found.update(input=_short(args[0].dtype), output=_short(out.dtype))

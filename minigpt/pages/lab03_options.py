@@ -27,6 +27,7 @@ CONFIGS_ES = {
     "policy bf16, reduce fp32": "política bf16, reducción fp32",
     "autocast bf16": "autocast bf16",
     "policy fp16 + autocast bf16": "política fp16 + autocast bf16",
+    "root fp32, blocks bf16": "raíz fp32, bloques bf16",
 }
 
 
