@@ -6,10 +6,7 @@ shown on theory page 02 beside the scaling rules.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from minigpt.pages.lang import LANGS, num, pct, sci, tr
+from minigpt.pages.lang import num, pct, sci, tr
 
 RULES = {
     "default": ("the default", "el valor por defecto"),
@@ -36,15 +33,3 @@ def table(report: dict, lang: str) -> str:
             f"{num(r['final_train_loss'], lang, 3)} | {num(r['val_loss'], lang, 3)} | {pct(r['accuracy'], lang, 1)} |"
         )
     return "\n".join(rows) + "\n"
-
-
-def render(json_path: str | Path) -> list[Path]:
-    """Write ``00-batch-scaling-cpu-{en,es}.txt`` beside the JSON; return the paths."""
-    path = Path(json_path)
-    report = json.loads(path.read_text())
-    written = []
-    for lang in LANGS:
-        target = path.parent / f"{path.stem}-{lang}.txt"
-        target.write_text(table(report, lang))
-        written.append(target)
-    return written

@@ -245,15 +245,3 @@ def budgets_table(report: dict, lang: str) -> str:
             f"{num(r['step_seconds'] * 1e3, lang)} |"
         )
     return "\n".join(rows) + "\n"
-
-
-def render_budgets(json_path: str | Path) -> list[Path]:
-    """Write ``03-compile-budget-cpu-{en,es}.txt`` beside the JSON; return the paths."""
-    path = Path(json_path)
-    report = json.loads(path.read_text())
-    written = []
-    for lang in LANGS:
-        target = path.parent / f"{path.stem}-{lang}.txt"
-        target.write_text(budgets_table(report, lang))
-        written.append(target)
-    return written

@@ -226,3 +226,48 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
     report = launch.run(ctx, lab.prog, lambda: lab.measure(settings, args, ctx))
     launch.teardown()
     return 0 if report.get("criterion_pass", True) else 1
+
+
+def one_process(
+    prog: str,
+    description: str,
+    argv: list[str] | None,
+    table: Callable[[dict, str], str],
+    render_keys: tuple[str, ...],
+    render_example: str,
+    measure: Callable[[], dict],
+) -> int:
+    """The whole command line of a one-process measurement: ``--render JSON`` (the page's tables only)
+    or a run on one thread, its English table printed and, with ``--report FILE``, the JSON and its
+    tables (``lang.write_tables``: ``X-en.txt``, ``X-es.txt``) written; bad input refused first."""
+    import platform
+    import time
+
+    from minigpt.pages.lang import write_tables
+
+    p = cli.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--report", metavar="FILE", help="write the measurements as JSON here, and its table beside it")
+    p.add_argument("--render", metavar="JSON", help="only render an existing result (no measuring)")
+    args = p.parse_args(argv)
+    try:
+        if args.render:
+            for written in write_tables(cli.input_json(args.render, "--render", render_keys, render_example), table):
+                print(f"wrote {written}")
+            return 0
+        if args.report is not None:
+            cli.output_file(args.report, "--report")
+    except cli.BadInput as exc:
+        return cli.refuse(prog, str(exc))
+    torch.set_num_threads(1)
+    report = {
+        "device": f"{platform.processor() or platform.machine()}, one thread",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        **measure(),
+    }
+    print(table(report, "en"), flush=True)
+    if args.report:
+        launch.write_report(args.report, report)
+        for written in [args.report, *write_tables(args.report, table)]:
+            print(f"wrote {written}")
+    return 0

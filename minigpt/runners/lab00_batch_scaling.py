@@ -11,12 +11,11 @@ Four trainings take a few minutes, so no check runs it.
 
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from dataclasses import replace
 
-from minigpt import cli
+from minigpt.runners import entry
 
 PROG = "lab/00_batch_scaling.py"
 RESULT_KEYS = ("runs",)
@@ -69,43 +68,17 @@ def train_one(run: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cli.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--report", metavar="FILE", help="write the measurements as JSON here, and its table beside it")
-    p.add_argument("--render", metavar="JSON", help="only render an existing result (no training)")
-    args = p.parse_args(argv)
-    from minigpt.pages.lab00_scaling import render, table
+    from minigpt.pages.lab00_scaling import table
 
-    try:
-        if args.render:
-            for written in render(
-                cli.input_json(args.render, "--render", RESULT_KEYS, "lab/results/00-batch-scaling-cpu.json")
-            ):
-                print(f"wrote {written}")
-            return 0
-        if args.report is not None:
-            cli.output_file(args.report, "--report")
-    except cli.BadInput as exc:
-        return cli.refuse(PROG, str(exc))
-    import torch
+    def measure() -> dict:
+        runs = []
+        for run in plan():
+            runs.append(train_one(run))
+            print(f"batch {run['batch']}, lr {run['lr']:.2e}: accuracy {runs[-1]['accuracy']:.1%}", flush=True)
+        return {"runs": runs}
 
-    from minigpt.parallel import launch
-
-    torch.set_num_threads(1)
-    report = {
-        "device": f"{platform.processor() or platform.machine()}, one thread",
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "runs": [],
-    }
-    for run in plan():
-        report["runs"].append(train_one(run))
-        print(f"batch {run['batch']}, lr {run['lr']:.2e}: accuracy {report['runs'][-1]['accuracy']:.1%}", flush=True)
-    print(table(report, "en"), flush=True)
-    if args.report:
-        launch.write_report(args.report, report)
-        for written in [args.report, *render(args.report)]:
-            print(f"wrote {written}")
-    return 0
+    example = "lab/results/00-batch-scaling-cpu.json"
+    return entry.one_process(PROG, __doc__.splitlines()[0], argv, table, RESULT_KEYS, example, measure)
 
 
 if __name__ == "__main__":
