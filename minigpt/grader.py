@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -298,16 +298,13 @@ def grade(
     details: bool = False,
     show: bool = True,
     env: Mapping[str, str] | None = None,
-    runner: Callable[[list[str], dict[str, str]], subprocess.CompletedProcess] | None = None,
 ) -> Report:
     """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests; several of one lab,
     comma-separated: ``"4.1,4.5"``), one lab (``"01"``) or everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
     (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included.
     ``env`` is the environment to grade in (default: this process's; the course's tests grade
-    several folders at once, each with its own). ``runner(command, env)`` runs the pytest process and
-    returns its output (default: ``subprocess.run``; the course's tests fork it from a process that has
-    imported torch already); with ``details`` the output goes to the terminal, always by ``subprocess.run``."""
-    return _grade(exercise, lab, impl or "exercises", language(lang), details, show, env, runner)
+    several folders at once, each with its own)."""
+    return _grade(exercise, lab, impl or "exercises", language(lang), details, show, env)
 
 
 def save(report: Report, path: str | Path) -> None:
@@ -342,7 +339,6 @@ def _grade(
     details: bool,
     show: bool,
     environ: Mapping[str, str] | None = None,
-    runner: Callable[[list[str], dict[str, str]], subprocess.CompletedProcess] | None = None,
 ) -> Report:
     labs = sorted(catalog()["labs"])
     environ = dict(os.environ if environ is None else environ)
@@ -372,10 +368,7 @@ def _grade(
             command.append(f"--exercise={exercise}")
         command.append(f"--labs={','.join(labs_graded)}")  # the predictions' file holds every lab's
         start = time.perf_counter()
-        if runner is None or details:
-            proc = subprocess.run(command, cwd=ROOT, env=env, text=True, capture_output=not details)
-        else:
-            proc = runner(command, env)
+        proc = subprocess.run(command, cwd=ROOT, env=env, text=True, capture_output=not details)
         seconds = time.perf_counter() - start
         if proc.returncode not in (0, 1) or not json_path.exists():
             output = "" if details else (proc.stdout + proc.stderr)[-4000:]

@@ -55,7 +55,7 @@ class Lane:
         self.started = time.monotonic()
         from tests import launcher
 
-        launcher.share_fork_hub()  # the gradings' ranks are forked from the suite's one server
+        launcher.start_fork_server()
         self.environ = dict(os.environ)  # before any test changes it (launcher.environ)
         self.timeline: dict[str, list[float]] = {}  # run -> [start, end], seconds from the lane's start
 

@@ -98,7 +98,7 @@ SLOW_MODULES = {
     "test_site",
     "test_train",
     "test_grader",
-    "test_forkhub",
+    "test_launcher",
 }
 # tests that time something: run after the second lane's (tests/background.py)
 TIMED = {"test_one_distributed_exercise_is_graded_in_seconds"}

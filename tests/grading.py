@@ -9,8 +9,11 @@ every lab is graded once per implementation in the whole suite.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from concurrent.futures import Future
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,19 +21,28 @@ from minigpt import grader, impl, predictions
 from tests import background, launcher
 from tests.limits import limit
 
+PITFALLS = Path(__file__).resolve().parent / "pitfalls"
 
-def write_exercises(folder: Path, written: set[str]) -> Path:
+
+def write_exercises(folder: Path, written: set[str], mistakes: dict[str, str] | None = None) -> Path:
     """The untouched stubs, copied into ``folder``, with the exercises in ``written`` done: each of
-    their names (a function, or a method of the learner's class) set to the reference's."""
+    their names (a function, or a method of the learner's class) set to the reference's; and each
+    exercise of ``mistakes`` (exercise -> a file of tests/pitfalls/, no ``.py``: ``rules/<mistake>``)
+    set to that file's names instead."""
     folder.mkdir(parents=True, exist_ok=True)
+    mistakes = mistakes or {}
     for module in impl.REFERENCE:
         lines = [(impl.EXERCISES_DIR / f"{module}.py").read_text(), "", "from minigpt import impl as _impl", ""]
+        if any(impl.EXERCISES[exercise][0] == module for exercise in mistakes):
+            lines += ["from tests.grading import part as _part", ""]
         for exercise, (owner, names) in impl.EXERCISES.items():
-            if owner != module or exercise not in written:
+            if owner != module or (exercise not in written and exercise not in mistakes):
                 continue
             for name in names:
-                if "." in name:
-                    cls, method = name.split(".")
+                cls, _, method = name.rpartition(".")
+                if exercise in mistakes:
+                    lines.append(f"{name} = _part({mistakes[exercise]!r}, {module!r}, {name!r})")
+                elif cls:
                     lines.append(f"{cls}.{method} = vars(_impl.reference({module!r}, {cls!r}))[{method!r}]")
                 else:
                     lines.append(f"{name} = _impl.reference({module!r}, {name!r})")
@@ -44,6 +56,31 @@ def write_exercises(folder: Path, written: set[str]) -> Path:
     return folder
 
 
+def write_mistakes(mistakes: dict[str, str], folder: Path) -> Path:
+    """The stubs with each exercise of ``mistakes`` taken from its file of tests/pitfalls/."""
+    return write_exercises(folder, set(), mistakes)
+
+
+@functools.cache
+def mistake(name: str) -> ModuleType:
+    """The module of tests/pitfalls/``name``.py (imported once per process)."""
+    path = (PITFALLS / f"{name}.py").resolve()
+    spec = importlib.util.spec_from_file_location(f"pitfall_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def part(name: str, module: str, attribute: str):
+    """Exercise module ``module``'s ``attribute`` (a function, or ``Class.method``) as the mistake in
+    tests/pitfalls/``name``.py has it, or the reference's where that file leaves it alone."""
+    cls, _, method = attribute.rpartition(".")
+    if not cls:
+        return getattr(mistake(name), attribute, None) or impl.reference(module, attribute)
+    own = vars(getattr(mistake(name), cls, object))
+    return own[method] if method in own else vars(impl.reference(module, cls))[method]
+
+
 class Graded:
     """One whole grading: its report, the exercises folder it graded, and the saved results."""
 
@@ -52,7 +89,7 @@ class Graded:
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: it shares the cores with the rest of the suite
         if folder is not None:
             env[impl.DIR_ENV_VAR] = str(folder)
-        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env, runner=launcher.run_command)
+        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env)
         self.folder, self.saved = folder, saved
         grader.save(self.report, saved)
 

@@ -1,27 +1,21 @@
 """Start N worker processes the way torchrun would (RANK, WORLD_SIZE, MASTER_ADDR/PORT), without
 torchrun's agent process (one torch import less), and collect what each rank wrote.
 
-Importing torch is most of what a short rank costs (about 1.7 s of CPU; a grading of every lab
-starts 16 processes). On Linux the ranks are therefore forked from a server process that imported
-torch once (tests/forkhub.py): each rank gets its own environment, working directory, arguments,
-output files and thread count, then runs the script as ``python script`` would (``runpy``,
-``__name__ == "__main__"``). The server also imports FSDP2 and DTensor (``torch.distributed.fsdp``,
-``torch.distributed.tensor``: about 1.6 s of CPU that most ranks would spend again) and
-``torch._dynamo``, which ``torch.optim`` imports at the first optimizer (about 0.6 s in every rank
-that trains): at import they read only their own variables (sympy's, ``TORCH*``,
-``TORCHINDUCTOR_*``), none the ranks set. Nothing else is imported before the fork, so every module
-of ours that reads the environment at import reads the rank's. One server serves the whole suite:
-the gradings' pytest processes find it in their environment (``MINIGPT_FORK_HUB``) instead of
-importing all that once more for a server of their own. Elsewhere (macOS, where forking after some
-system libraries is unsafe), or with ``MINIGPT_FORK_RANKS=0``, or under a kernel set (the CPU's
-kernels are chosen once, from the environment the process started with), each rank is a fresh
-``python`` process."""
+Importing torch, FSDP2, DTensor and dynamo is most of what a short rank costs (about 2 s of CPU; a
+grading of every lab starts 16 ranks). On Linux the ranks are therefore forked from
+:mod:`multiprocessing`'s fork server, which imports them once per process that starts ranks
+(``set_forkserver_preload``): each rank gets its own environment, arguments, output files and thread
+count, then runs the script as ``python script`` would (``runpy``, ``__name__ == "__main__"``).
+Elsewhere (macOS, where forking after some system libraries is unsafe), with ``MINIGPT_FORK_RANKS=0``,
+or under a kernel set (the CPU's kernels are chosen once, from the environment the process started
+with), each rank is a fresh ``python`` process."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import runpy
 import socket
 import subprocess
 import sys
@@ -31,7 +25,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tests.limits import HINT, limit
+from tests.limits import HINT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,29 +103,106 @@ def free_port() -> int:
 
 FORK_VARIABLE = "MINIGPT_FORK_RANKS"  # "0": every rank a fresh python process
 KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+# imported once, in multiprocessing's fork server, before any rank is forked: at import they read only their
+# own variables (sympy's, TORCH*, TORCHINDUCTOR_*), none that a rank sets
+PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor", "torch._dynamo"]
 _FORK_LOCK = threading.Lock()
 
 
-def fork_hub(env: Mapping[str, str]) -> str | None:
-    """The socket of the suite's fork server (tests/forkhub.py), or None where ranks start as fresh processes."""
-    if sys.platform != "linux" or env.get(FORK_VARIABLE, "1") == "0" or any(k in env for k in KERNEL_SET_VARIABLES):
-        return None
-    from tests import forkhub
+def forks(env: Mapping[str, str]) -> bool:
+    """Whether a rank with environment ``env`` is forked from the fork server (Linux, no kernel set in
+    either environment, not switched off): otherwise it is a fresh python process."""
+    if sys.platform != "linux" or env.get(FORK_VARIABLE, "1") == "0":
+        return False
+    return not any(k in env for k in KERNEL_SET_VARIABLES)
+
+
+def fork_context():
+    """:mod:`multiprocessing`'s forkserver context for this process, its server preloading torch."""
+    import multiprocessing
 
     with _FORK_LOCK:
-        return env.get(forkhub.VARIABLE) or forkhub.address()
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        return context
 
 
-def hub_wait_s() -> float:
-    """How long a client waits for the fork server (still importing torch on a busy machine): 120 s, or
-    more under MINIGPT_TIME_SCALE, never less (the time-limit grading's 0.05 must not shrink it)."""
-    return max(120.0, limit(120))
+def start_fork_server() -> None:
+    """Start the fork server now (its imports run meanwhile), from this process's environment as it is
+    before any test changes it: called when the suite's second lane starts."""
+    if forks(os.environ):
+        import multiprocessing.forkserver
+
+        fork_context()
+        multiprocessing.forkserver.ensure_running()
 
 
-def share_fork_hub() -> None:
-    """Start the fork server now, where ranks are forked, so that the processes this one starts from
-    now on (the gradings) share it: called before the suite's second lane takes its environment."""
-    fork_hub(os.environ)
+def rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: str) -> None:
+    """In a forked rank: become ``python *command`` (a script and its arguments, or ``-m module ...``)
+    run from the repository with environment ``env``, stdin empty, stdout and stderr into the two files;
+    exit with its status. Nothing of the course is imported before ``env`` is in place, so every module
+    that reads the environment at import reads the rank's."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    for fd, path in ((1, out_path), (2, err_path)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    code = 0
+    try:
+        import torch
+
+        torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))  # the server read its own at import
+        sys.path[:0] = env.get("PYTHONPATH", "").split(os.pathsep)
+        if command[0] == "-m":
+            sys.argv = [command[1], *command[2:]]
+            runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [str(ROOT / command[0]), *command[1:]]
+            sys.path.insert(0, str(Path(sys.argv[0]).parent))
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - as python prints an uncaught exception
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class ForkedRank:
+    """A rank forked by :func:`fork_context`'s server, with the part of ``subprocess.Popen``'s interface
+    that :func:`_collect` uses: its output is read from its two files once it has ended."""
+
+    def __init__(self, command: list[str], env: dict[str, str], folder: Path, rank: int):
+        self.args = [sys.executable, *command]
+        self.out, self.err = folder / f"stdout{rank}.txt", folder / f"stderr{rank}.txt"
+        self.process = fork_context().Process(target=rank_main, args=(command, env, str(self.out), str(self.err)))
+        self.process.start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        read = lambda p: p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""  # noqa: E731
+        return read(self.out), read(self.err)
 
 
 def start_ranks(
@@ -161,11 +232,8 @@ def start_ranks(
             "PYTHONPATH": str(ROOT),
             **(extra_env or {}),
         }
-        hub = fork_hub(env)
-        if hub is not None:
-            from tests.forkhub import HubRank
-
-            procs.append(HubRank(hub, command, env, folder, rank, wait_s=hub_wait_s()))
+        if forks(env):
+            procs.append(ForkedRank(command, env, folder, rank))
             continue
         procs.append(
             subprocess.Popen(
@@ -177,28 +245,6 @@ def start_ranks(
     finally:
         import shutil
 
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def run_command(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)`` for a ``python``
-    command, forked from the suite's fork server where ranks are (torch already imported): how the
-    suite starts the grader's pytest processes (``grader.grade(runner=...)``)."""
-    args = command[1:] if command[0] == sys.executable else command
-    hub = fork_hub(env)
-    if hub is None:
-        return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
-    import shutil
-    import tempfile
-
-    from tests.forkhub import HubRank
-
-    folder = Path(tempfile.mkdtemp(prefix="minigpt-run-"))
-    try:
-        process = HubRank(hub, args, env, folder, 0, wait_s=hub_wait_s())
-        out, err = process.communicate()
-        return subprocess.CompletedProcess(command, process.returncode, out, err)
-    finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from minigpt import grader, impl, predictions
 from tests import background, launcher
-from tests.grading import write_exercises
+from tests.grading import write_exercises, write_mistakes
 from tests.limits import HINT, NOT_GRADED, limit
 from tests.ranks import DETAILS_VARIABLE, Launch, explain, scenario
 
@@ -77,7 +77,7 @@ def grade(monkeypatch, folder: Path | None = None, **kwargs) -> grader.Report:
     else:
         monkeypatch.setenv(impl.DIR_ENV_VAR, str(folder))
     lang = kwargs.pop("lang", "en")
-    return grader.grade(impl="exercises", show=False, lang=lang, runner=launcher.run_command, **kwargs)
+    return grader.grade(impl="exercises", show=False, lang=lang, **kwargs)
 
 
 def environment(folder: Path | None, **extra: str) -> dict[str, str]:
@@ -140,18 +140,18 @@ def graded_run(spec: tuple, tmp: Path) -> grader.Report:
     if callable(folder):
         folder = folder(tmp)
     env = environment(folder, **extra)
-    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=env, runner=launcher.run_command)
+    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=env)
 
 
 def submit(config: pytest.Config) -> dict:
-    """Every run of ``RUNS``, ``NAMED_CAUSES`` and ``RULES``, on the suite's second lane
+    """Every run of ``RUNS``, ``SEPARATE_CAUSES`` and ``packed_runs()``, on the suite's second lane
     (tests/background.py), in the order the tests read them."""
     last = ("time_limit", "could_not_connect", "spanish")
     runs = {name: spec for name, spec in RUNS.items() if name not in last}
-    for folder, (exercise, _, _) in NAMED_CAUSES.items():
-        runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": exercise}, {})
-    for folder, exercises in rule_runs().items():
-        runs[f"rules {folder}"] = (PITFALLS / folder, {"exercise": ",".join(exercises)}, {})
+    for folder in SEPARATE_CAUSES:
+        runs[f"cause {folder}"] = ((PITFALLS / folder).resolve(), {"exercise": NAMED_CAUSES[folder][0]}, {})
+    for run, files in packed_runs().items():
+        runs[run] = (functools.partial(write_mistakes, files), {"exercise": ",".join(files)}, {})
     runs.update({name: RUNS[name] for name in last})
     lane = background.lane(config)
     return {name: lane.submit(f"grader {name}", functools.partial(graded_run, spec)) for name, spec in runs.items()}
@@ -554,10 +554,13 @@ def test_a_mistake_loses_its_points_with_a_reason_that_names_its_cause(graded, f
     default group, named as a sum over all 4 ranks instead of its tp group; the CP coordinate taken as
     rank % cp, with the rank's coordinates and every rank's chunks against the balanced pairs."""
     exercise, expected, words = NAMED_CAUSES[folder]
-    report = report_of(graded, f"cause {folder}")
-    assert lost(report) == expected, report.text
-    assert report.earned == report.total - sum(expected.values()), report.text
-    for r in report.results:
+    if folder in SEPARATE_CAUSES:
+        report = report_of(graded, f"cause {folder}")
+        results = report.results
+    else:
+        report, results = graded_alone(graded, f"{folder}/{impl.EXERCISES[exercise][0]}")
+    assert {r.name: r.points for r in results if not r.passed and r.kind != NOT_GRADED} == expected, report.text
+    for r in results:
         if not r.passed and r.kind != NOT_GRADED:  # what a crash leaves ungraded: the test below
             assert r.kind == "failed" and all(w in r.reason for w in words), f"{r.name}: {r.reason}"
 
@@ -578,208 +581,249 @@ def test_a_crash_in_one_test_leaves_the_next_not_graded_not_failed(graded):
     assert report.text.count("IndexError") == 2, report.text  # its line, and the reason of what it left ungraded
 
 
-# tests/pitfalls/one_rule_each/: one stated rule broken per exercise, graded one exercise at a time
-ONE_RULE_EACH = {
-    "0.2": {  # the loss as a Python float: no gradient flows back
-        "test_masked_loss_value": 2,
-        "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
-    },
-    "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # a world of 0 divides by zero
-    "0.4": {"test_lr_schedule": 2},  # the warm-up counted from step 1
-    "1.1": {"test_ring_average_and_a_world_of_one": 1},  # "avg" never divided
-    "1.4": {"test_ddp_finish_counts_bytes_and_is_harmless_twice": 1},  # a second call not harmless
-    "1.2": {  # a bucket closed before the parameter that would pass the cap, not when it reaches it
-        "test_buckets_reverse_order_up_to_the_cap": 2,
-        "test_buckets_close_when_they_reach_the_cap": 1,
-        "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
-    },
-    "2.1": {  # stage 2's gradients left whole: every stage-2 cell of the paper's table, and the recipes' test
-        "test_every_cell_of_the_zero_papers_table_1[7500000000.0]": 2,
-        "test_every_cell_of_the_zero_papers_table_1[128000000000.0]": 2,
-        "test_every_cell_of_the_zero_papers_table_1[1000000000000.0]": 2,
-        "test_recipes_and_working_buffer": 2,
-    },
-    "2.3": {"test_communication_per_stage": 2, "test_hsdp_traffic_inside_and_across": 2},  # ZeRO-3 gathers once
-    "2.4": {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1},  # a repeated parameter kept twice
-    "3.1": {"test_event_order_fsdp1_forward_prefetch": 1},  # FSDP1 predicted with FSDP2's post-backward rule
-    "3.2": {"test_the_real_runs_norms": 1},  # a DTensor's term taken from the DTensor, not its to_local() shard
-    "2.5": {"test_zero1_equals_plain_optimizers": 2},  # the closure called under step's no_grad
-    "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # the padding rows gathered back
-    "4.2": {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2},  # nested units not skipped
-    "4.3": {  # never freed after forward: nothing to gather again before backward, so not FSDP2's order either,
-        # the unit used twice gathered once, not three times, and every block still whole when backward starts
-        "test_hooks_gradients_equal_the_reference_fsdp": 2,
-        "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
-        "test_hooks_follow_fsdp2_order": 1,
-        "test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2,
-    },
-    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # the full gradients kept
-    "5.1": {"test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once": 3},  # reduce twice
-    "5.3": {  # the vocabulary's padding columns counted as words
-        "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
-        "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
-    },
-    "7.1": {"test_mesh_groups_flatten_several_dimensions_in_the_mesh_order": 1},  # flattened in the caller's order
-    "7.2": {"test_batch_plan_token_chunks_balance_the_causal_work": 2},  # two neighbouring chunks
-    "7.3": {  # the fused q, k, v weight joined as one block
-        "test_whole_parameter_puts_the_fused_qkv_weight_back": 2,
-        "test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut": 1,
-    },
-}
-
-
-# tests/pitfalls/second_rule_each/: another stated rule broken per exercise (the refusals and edge cases
-# of the stubs' contracts), graded the same way
-SECOND_RULE_EACH = {
-    "1.3": {"test_ddp_gradients_are_the_average_over_ranks": 2},  # the first hook resets nothing: a 2nd backward
-    "0.2": {  # a sentence with nothing to learn from divides 0 by 0: every 0.2 test has one, and gets nan
-        "test_masked_loss_value": 2,
-        "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
-        "test_masked_loss_is_the_mean_of_equal_slices": 1,
-    },
-    "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # a rank outside 0..N-1 not refused
-    "0.4": {"test_lr_schedule": 2},  # the cosine ends at 0, not at min_lr
-    "2.1": {"test_memory_rejects_bad_input": 1},  # the weights offloaded below stage 3
-    "2.2": {"test_zero2_sends_what_the_model_predicts": 1},  # all-reduced per unit, not reduce-scattered
-    "2.3": {"test_hsdp_traffic_inside_and_across": 2},  # stage 0 given replicas, not refused
-    "2.5": {  # the settings never copied into the inner groups: the lr schedule never reaches the pieces
-        "test_zero1_equals_plain_optimizers": 2,
-        "test_zero1_leaves_gradientless_parameters_alone": 2,
-    },
-    "3.1": {"test_event_order_rejects_bad_input": 1},  # an unknown variant: a KeyError
-    "3.2": {"test_global_norm_rejects_bad_input": 1},  # norm_type <= 0 not refused
-    "3.3": {"test_units_reject_an_unknown_policy": 1},  # an unknown policy taken as "whole"
-    "4.1": {"test_gather_rows_gives_back_the_whole_tensor": 1},  # dist.all_gather into a list, then a copy
-    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # the forward prefetch waited for, not in flight
-    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # no full.grad taken as zeros
-    "4.5": {"test_backward_prefetch_targets": 2},  # depth 0 prefetches one unit
-    "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # an uneven cut, no ValueError
-    "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # another rank's target logit added
-    "5.2": {  # g sums the gradient in backward too: the MLP's gradients are then tp times too large
-        "test_g_sums_forward_and_is_the_identity_backward": 2,
-        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
-    },
-    "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # GPipe's order
-    "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # a degree of 2.5 taken
-    "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # gradients counted at the weights' size
-    "7.1": {"test_mesh_groups_refuse_an_unknown_dimension": 1},  # "pp" quietly dropped
-    "7.2": {"test_batch_plan_refuses_what_does_not_split": 1},  # 10 rows over 4 ranks rounded down
-    "7.3": {"test_whole_parameter_of_a_tp_whole_tensor_is_a_new_tensor": 1},  # one shard rank: its piece, a view
-}
-# tests/pitfalls/third_rule_each/: a third rule of the stubs' contracts (types, orders, the sums'
-# rounding, what each side of a collective keeps), graded the same way
-THIRD_RULE_EACH = {
-    "0.1": {  # 1.0 / 0.0 floats, not a torch.bool mask: the model's ~mask then fails too
-        "test_causal_mask_values": 2,
-        "test_causal_mask_hides_the_future_in_the_model": 2,
-    },
-    "0.3": {"test_rank_slice_rejects_what_cannot_work": 1},  # the message names the batch, not the world size
-    "0.4": {"test_lr_schedule": 2},  # the cosine computed with torch: a tensor comes back, not a float
-    "1.1": {"test_ring_rejects_an_unknown_op": 1},  # "max" summed instead of refused
-    "1.3": {"test_ddp_all_reduce_starts_during_backward": 1},  # launched once the whole backward is done
-    "1.2": {  # buckets filled in registration order: each 1.2 test expects the reverse order
-        "test_buckets_reverse_order_up_to_the_cap": 2,
-        "test_buckets_close_when_they_reach_the_cap": 1,
-        "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
-    },
-    "2.1": {"test_memory_rejects_bad_input": 1},  # 2.5 devices accepted
-    "2.2": {  # the summed shard divided by N again: Adam almost cancels it, the bits do not
-        "test_zero2_ends_with_ddps_weights_bit_for_bit[fp32]": 3,
-        "test_zero2_ends_with_ddps_weights_bit_for_bit[mixed]": 3,
-    },
-    "2.3": {"test_hsdp_traffic_inside_and_across": 2},  # a shard degree of 2.5 rounded down, not refused
-    "2.5": {"test_zero1_sends_the_ring_bytes": 1},  # the weights all-reduced from zeros, not all-gathered
-    "3.2": {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2},  # the inf term summed
-    "4.4": {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2},  # .grad written over, not added to
-    "4.3": {"test_hooks_follow_fsdp2_order": 1},  # no all-gather ahead in before_backward
-    "4.5": {"test_backward_prefetch_targets": 2},  # a unit used twice placed by its first finish
-    "5.1": {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1},  # a tp-th of the bias
-    "5.2": {  # g the identity forward: the partial products never summed
-        "test_g_sums_forward_and_is_the_identity_backward": 2,
-        "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
-    },
-    "5.3": {  # the gradient without its one-hot
-        "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
-    },
-    "6.1": {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2},  # the newest B first
-    "6.2": {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3},  # the loss held unscaled
-    "6.3": {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2},  # both degrees taken unchecked
-    "6.4": {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2},  # each collective rounded, then summed
-}
-# tests/pitfalls/fourth_rule_each/: a fourth rule (the mask, the tiling, in place, the order of the
-# units, a new tensor, frozen parameters owned, freed before the reduce-scatter, the parts of a fused
-# weight, the loss finite for large logits, the running maximum detached, the inferred degree, the
-# reshard flags), graded the same way
-FOURTH_RULE_EACH = {
-    "0.1": {"test_causal_mask_values": 2},  # shaped (1, 1, size, size)
-    "0.2": {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
-    "0.3": {"test_rank_slices_are_disjoint_and_cover_the_batch": 2},
-    "0.4": {"test_lr_schedule": 2},  # the cosine one step late
-    "1.1": {  # a copy reduced: every test that reads the tensor it gave still sees that rank's own values
-        "test_ring_sum_matches_torch[2]": 1,
-        "test_ring_sum_matches_torch[3]": 1,
-        "test_ring_sum_matches_torch[4]": 1,
-        "test_ring_average_and_a_world_of_one": 1,
-        "test_ring_leaves_every_rank_with_the_same_bits": 1,
-    },
-    "1.3": {"test_ddp_ring_switch_gives_the_same_gradients": 1},  # collective="ring" ignored
-    "1.2": {"test_buckets_close_when_they_reach_the_cap": 1},  # another device does not close the bucket
-    "2.5": {"test_zero1_sends_the_ring_bytes": 1},  # self._reduced left True after the step
-    "3.3": {"test_units_of_each_policy": 2},
-    "4.1": {"test_shard_rows_pads_and_cuts_equal_shards": 2},
-    "4.2": {"test_unit_parameters_frozen_owned_and_every_slot_named": 1},
-    "4.3": {"test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2},  # reduce-scattered, then freed
-    "5.1": {"test_column_slice_keeps_each_ranks_output_features": 1},
-    "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # exp(z) unshifted: inf at 3000
-    "5.4": {"test_online_softmax_merges_blocks_into_one_softmax": 2},  # the maximum not detached
-    "6.1": {  # the last B dropped: not every micro-batch's B, so not 1F1B's order either
-        "test_one_f_one_b_runs_every_micro_batch_once_and_never_deadlocks": 3,
-        "test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2,
-    },
-    "6.2": {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3},  # backward from ones
-    "6.3": {"test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2},
-    "6.4": {  # FSDP2 keeps the root gathered after forward: its bytes need the flags too
-        "test_hsdp_bytes_per_dim_adds_each_units_collectives": 2,
-        "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2,
-    },
-}
-# tests/pitfalls/fifth_rule_each/: a fifth rule, where four folders already hold one of the exercise's
-FIFTH_RULE_EACH = {
-    "5.3": {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2},  # every logit all-reduced to every rank
-}
+# tests/pitfalls/rules/: one stated rule of a stub broken per file, the file named by its mistake (its docstring
+# says it): its exercise, and the tests it loses with their points
 RULES = {
-    **{("one_rule_each", exercise): lost for exercise, lost in ONE_RULE_EACH.items()},
-    **{("second_rule_each", exercise): lost for exercise, lost in SECOND_RULE_EACH.items()},
-    **{("third_rule_each", exercise): lost for exercise, lost in THIRD_RULE_EACH.items()},
-    **{("fourth_rule_each", exercise): lost for exercise, lost in FOURTH_RULE_EACH.items()},
-    **{("fifth_rule_each", exercise): lost for exercise, lost in FIFTH_RULE_EACH.items()},
+    "loss_as_a_python_float": (
+        "0.2",
+        {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
+    ),
+    "world_of_zero_divides_by_zero": ("0.3", {"test_rank_slice_rejects_what_cannot_work": 1}),
+    "warmup_counted_from_step_one": ("0.4", {"test_lr_schedule": 2}),
+    "avg_never_divided": ("1.1", {"test_ring_average_and_a_world_of_one": 1}),
+    "second_finish_not_harmless": ("1.4", {"test_ddp_finish_counts_bytes_and_is_harmless_twice": 1}),
+    "bucket_closed_before_the_cap": (
+        "1.2",
+        {
+            "test_buckets_reverse_order_up_to_the_cap": 2,
+            "test_buckets_close_when_they_reach_the_cap": 1,
+            "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
+        },
+    ),
+    "stage_two_gradients_left_whole": (
+        "2.1",
+        {
+            "test_every_cell_of_the_zero_papers_table_1[7500000000.0]": 2,
+            "test_every_cell_of_the_zero_papers_table_1[128000000000.0]": 2,
+            "test_every_cell_of_the_zero_papers_table_1[1000000000000.0]": 2,
+            "test_recipes_and_working_buffer": 2,
+        },
+    ),
+    "zero3_gathers_once": ("2.3", {"test_communication_per_stage": 2, "test_hsdp_traffic_inside_and_across": 2}),
+    "repeated_parameter_kept_twice": ("2.4", {"test_trainable_parameters_leave_out_frozen_and_repeat_none": 1}),
+    "fsdp1_with_fsdp2s_post_backward": ("3.1", {"test_event_order_fsdp1_forward_prefetch": 1}),
+    "dtensor_term_not_its_local_shard": ("3.2", {"test_the_real_runs_norms": 1}),
+    "closure_under_no_grad": ("2.5", {"test_zero1_equals_plain_optimizers": 2}),
+    "padding_rows_gathered_back": ("4.1", {"test_gather_rows_gives_back_the_whole_tensor": 1}),
+    "nested_units_not_skipped": ("4.2", {"test_unit_parameters_tied_weight_once_nested_blocks_skipped": 2}),
+    "never_freed_after_forward": (
+        "4.3",
+        {
+            "test_hooks_gradients_equal_the_reference_fsdp": 2,
+            "test_hooks_free_blocks_after_forward_and_gather_them_for_backward": 2,
+            "test_hooks_follow_fsdp2_order": 1,
+            "test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2,
+        },
+    ),
+    "full_gradients_kept": ("4.4", {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2}),
+    "row_parallel_reduced_twice": (
+        "5.1",
+        {"test_row_parallel_linear_sums_the_partial_products_and_adds_the_bias_once": 3},
+    ),
+    "padding_columns_counted_as_words": (
+        "5.3",
+        {
+            "test_vocab_parallel_loss_equals_one_process_on_every_rank": 2,
+            "test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2,
+        },
+    ),
+    "flattened_in_the_callers_order": ("7.1", {"test_mesh_groups_flatten_several_dimensions_in_the_mesh_order": 1}),
+    "two_neighbouring_chunks": ("7.2", {"test_batch_plan_token_chunks_balance_the_causal_work": 2}),
+    "fused_qkv_joined_as_one_block": (
+        "7.3",
+        {
+            "test_whole_parameter_puts_the_fused_qkv_weight_back": 2,
+            "test_whole_parameter_rebuilds_minigpt_from_a_tp2_by_shard3_cut": 1,
+        },
+    ),
+    "first_hook_resets_nothing": ("1.3", {"test_ddp_gradients_are_the_average_over_ranks": 2}),
+    "empty_sentence_divides_zero_by_zero": (
+        "0.2",
+        {
+            "test_masked_loss_value": 2,
+            "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1,
+            "test_masked_loss_is_the_mean_of_equal_slices": 1,
+        },
+    ),
+    "rank_outside_the_world_accepted": ("0.3", {"test_rank_slice_rejects_what_cannot_work": 1}),
+    "cosine_ends_at_zero": ("0.4", {"test_lr_schedule": 2}),
+    "weights_offloaded_below_stage_three": ("2.1", {"test_memory_rejects_bad_input": 1}),
+    "all_reduced_per_unit": ("2.2", {"test_zero2_sends_what_the_model_predicts": 1}),
+    "stage_zero_given_replicas": ("2.3", {"test_hsdp_traffic_inside_and_across": 2}),
+    "settings_never_copied_to_inner_groups": (
+        "2.5",
+        {"test_zero1_equals_plain_optimizers": 2, "test_zero1_leaves_gradientless_parameters_alone": 2},
+    ),
+    "unknown_variant_raises_key_error": ("3.1", {"test_event_order_rejects_bad_input": 1}),
+    "nonpositive_norm_type_accepted": ("3.2", {"test_global_norm_rejects_bad_input": 1}),
+    "unknown_policy_taken_as_whole": ("3.3", {"test_units_reject_an_unknown_policy": 1}),
+    "all_gather_into_a_list": ("4.1", {"test_gather_rows_gives_back_the_whole_tensor": 1}),
+    "forward_prefetch_waited_for": ("4.3", {"test_hooks_follow_fsdp2_order": 1}),
+    "missing_gradient_not_zeros": ("4.4", {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2}),
+    "depth_zero_prefetches_one_unit": ("4.5", {"test_backward_prefetch_targets": 2}),
+    "uneven_row_cut_accepted": ("5.1", {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1}),
+    "other_ranks_target_logit_added": ("5.3", {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2}),
+    "g_sums_backward_too": (
+        "5.2",
+        {
+            "test_g_sums_forward_and_is_the_identity_backward": 2,
+            "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+        },
+    ),
+    "gpipe_order_for_1f1b": ("6.1", {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2}),
+    "fractional_degree_accepted": ("6.3", {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2}),
+    "gradients_at_the_weights_size": ("6.4", {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2}),
+    "pp_quietly_dropped": ("7.1", {"test_mesh_groups_refuse_an_unknown_dimension": 1}),
+    "uneven_rows_rounded_down": ("7.2", {"test_batch_plan_refuses_what_does_not_split": 1}),
+    "single_shard_returns_a_view": ("7.3", {"test_whole_parameter_of_a_tp_whole_tensor_is_a_new_tensor": 1}),
+    "float_mask_not_bool": ("0.1", {"test_causal_mask_values": 2, "test_causal_mask_hides_the_future_in_the_model": 2}),
+    "message_names_the_batch": ("0.3", {"test_rank_slice_rejects_what_cannot_work": 1}),
+    "cosine_returns_a_tensor": ("0.4", {"test_lr_schedule": 2}),
+    "max_summed_not_refused": ("1.1", {"test_ring_rejects_an_unknown_op": 1}),
+    "launched_after_backward": ("1.3", {"test_ddp_all_reduce_starts_during_backward": 1}),
+    "buckets_in_registration_order": (
+        "1.2",
+        {
+            "test_buckets_reverse_order_up_to_the_cap": 2,
+            "test_buckets_close_when_they_reach_the_cap": 1,
+            "test_buckets_skip_frozen_and_hold_tied_weights_once": 2,
+        },
+    ),
+    "fractional_devices_accepted": ("2.1", {"test_memory_rejects_bad_input": 1}),
+    "shard_divided_twice": (
+        "2.2",
+        {
+            "test_zero2_ends_with_ddps_weights_bit_for_bit[fp32]": 3,
+            "test_zero2_ends_with_ddps_weights_bit_for_bit[mixed]": 3,
+        },
+    ),
+    "fractional_shard_degree_rounded": ("2.3", {"test_hsdp_traffic_inside_and_across": 2}),
+    "weights_all_reduced_from_zeros": ("2.5", {"test_zero1_sends_the_ring_bytes": 1}),
+    "inf_norm_terms_summed": ("3.2", {"test_global_norm_from_shards_is_the_norm_of_the_whole[inf]": 2}),
+    "grad_overwritten_not_accumulated": ("4.4", {"test_reduce_gradients_is_the_mean_over_ranks_with_padding": 2}),
+    "no_gather_ahead_in_before_backward": ("4.3", {"test_hooks_follow_fsdp2_order": 1}),
+    "reused_unit_placed_by_first_finish": ("4.5", {"test_backward_prefetch_targets": 2}),
+    "bias_cut_tp_ways": ("5.1", {"test_row_slice_keeps_each_ranks_input_features_and_the_bias_whole": 1}),
+    "g_identity_forward": (
+        "5.2",
+        {
+            "test_g_sums_forward_and_is_the_identity_backward": 2,
+            "test_f_and_g_around_a_column_then_row_mlp_equal_one_process": 1,
+        },
+    ),
+    "gradient_without_one_hot": (
+        "5.3",
+        {"test_vocab_parallel_loss_gradient_is_softmax_minus_onehot_on_this_ranks_columns": 2},
+    ),
+    "newest_backward_first": ("6.1", {"test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2}),
+    "loss_held_unscaled": ("6.2", {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3}),
+    "degrees_taken_unchecked": ("6.3", {"test_resolve_hsdp_refuses_what_cannot_work_naming_the_numbers": 2}),
+    "each_collective_rounded": ("6.4", {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2}),
+    "mask_shaped_four_d": ("0.1", {"test_causal_mask_values": 2}),
+    "loss_mask_ignored": (
+        "0.2",
+        {"test_masked_loss_value": 2, "test_masked_loss_ignores_unmasked_positions_and_has_gradients": 1},
+    ),
+    "strided_rank_slice": ("0.3", {"test_rank_slices_are_disjoint_and_cover_the_batch": 2}),
+    "cosine_one_step_late": ("0.4", {"test_lr_schedule": 2}),
+    "copy_reduced_not_the_tensor": (
+        "1.1",
+        {
+            "test_ring_sum_matches_torch[2]": 1,
+            "test_ring_sum_matches_torch[3]": 1,
+            "test_ring_sum_matches_torch[4]": 1,
+            "test_ring_average_and_a_world_of_one": 1,
+            "test_ring_leaves_every_rank_with_the_same_bits": 1,
+        },
+    ),
+    "ring_switch_ignored": ("1.3", {"test_ddp_ring_switch_gives_the_same_gradients": 1}),
+    "device_change_keeps_the_bucket": ("1.2", {"test_buckets_close_when_they_reach_the_cap": 1}),
+    "reduced_flag_left_set": ("2.5", {"test_zero1_sends_the_ring_bytes": 1}),
+    "blocks_in_reverse_order": ("3.3", {"test_units_of_each_policy": 2}),
+    "shard_a_view_of_full": ("4.1", {"test_shard_rows_pads_and_cuts_equal_shards": 2}),
+    "frozen_parameters_left_out": ("4.2", {"test_unit_parameters_frozen_owned_and_every_slot_named": 1}),
+    "freed_after_the_reduce_scatter": ("4.3", {"test_hooks_hold_no_more_in_backward_than_the_reference_fsdp": 2}),
+    "fused_parts_ignored": ("5.1", {"test_column_slice_keeps_each_ranks_output_features": 1}),
+    "exp_unshifted": ("5.3", {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2}),
+    "running_maximum_not_detached": ("5.4", {"test_online_softmax_merges_blocks_into_one_softmax": 2}),
+    "last_backward_dropped": (
+        "6.1",
+        {
+            "test_one_f_one_b_runs_every_micro_batch_once_and_never_deadlocks": 3,
+            "test_one_f_one_b_holds_at_most_p_minus_s_and_is_the_simulators_1f1b": 2,
+        },
+    ),
+    "backward_from_ones": ("6.2", {"test_your_steps_give_one_processs_gradients_with_gpipe_and_1f1b": 3}),
+    "shard_degree_is_the_node": ("6.3", {"test_resolve_hsdp_shards_inside_a_node_and_infers_the_missing_degree": 2}),
+    "reshard_flags_dropped": (
+        "6.4",
+        {"test_hsdp_bytes_per_dim_adds_each_units_collectives": 2, "test_hsdp_bytes_per_dim_equals_what_fsdp2_sent": 2},
+    ),
+    "every_logit_all_reduced": ("5.3", {"test_vocab_parallel_loss_equals_one_process_on_every_rank": 2}),
 }
 
 
-def rule_runs() -> dict[str, list[str]]:
-    """The rule folders' gradings, one per folder, every lab at once: ``--exercise 1.2,4.1,4.2`` grades
+# the causes graded on their own: a reason that names the learner's line needs the mistake in the graded
+# folder's own file; a rank that crashes takes the rest of its launch with it; a prediction is no exercise
+SEPARATE_CAUSES = ("chunked_fsdp", "last_rank_index_error", "forgot_the_ring_factor")
+
+
+def mistake_files() -> dict[str, str]:
+    """Every mistake graded one exercise at a time: its file under tests/pitfalls/ (no ``.py``) -> its
+    exercise; the rules' files and the named causes' (each cause's folder holds its lab's file)."""
+    files = {f"rules/{name}": exercise for name, (exercise, _) in RULES.items()}
+    for folder, (exercise, _, _) in NAMED_CAUSES.items():
+        if folder not in SEPARATE_CAUSES:
+            files[f"{folder}/{impl.EXERCISES[exercise][0]}"] = exercise
+    return files
+
+
+def packed_runs() -> dict[str, dict[str, str]]:
+    """The mistakes' gradings, as few as the exercises allow: each grading holds at most one mistake
+    per exercise (``grading -> {exercise: file}``), every lab at once: ``--exercise 1.2,4.1,4.2`` grades
     the tests of each, each with only its own exercise the pitfall's (the reference stands in for the
     others), so a test's result is the one a grading of its exercise alone gives."""
-    runs: dict[str, list[str]] = {}
-    for folder, exercise in RULES:
-        runs.setdefault(folder, []).append(exercise)
-    return runs
+    runs: list[dict[str, str]] = []
+    for file, exercise in mistake_files().items():
+        run = next((r for r in runs if exercise not in r), None)
+        if run is None:
+            runs.append(run := {})
+        run[exercise] = file
+    return {f"mistakes {i}": run for i, run in enumerate(runs, 1)}
 
 
-@pytest.mark.parametrize("folder, exercise", list(RULES), ids=[f"{f}-{e}" for f, e in RULES])
-def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, folder, exercise):
-    """The rules a stub states, each broken on its own (tests/pitfalls/one_rule_each/ to
-    fifth_rule_each/, one mistake per exercise in each; the others' rules are in
-    tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and only they. A folder's
-    exercises are graded together, every lab in one grading, and each test runs with only its own
-    exercise the pitfall's, so the tests of ``exercise`` are read from that grading."""
-    report = report_of(graded, f"rules {folder}")
-    assert RULES[folder, exercise], f"{folder}/{exercise}: a rule's pitfall must lose at least one test"
-    graded_here = [r for r in report.results if r.exercise == exercise]
+def graded_alone(graded, file: str) -> tuple[grader.Report, list[grader.Result]]:
+    """The report of the grading that holds mistake ``file``, and the results of its exercise."""
+    run, files = next((run, files) for run, files in packed_runs().items() if file in files.values())
+    report = report_of(graded, run)
+    assert {r.exercise for r in report.results} == set(files), report.text
+    exercise = next(e for e, f in files.items() if f == file)
+    return report, [r for r in report.results if r.exercise == exercise]
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_each_stated_rule_broken_alone_loses_exactly_its_tests(graded, name):
+    """The rules a stub states, each broken on its own (tests/pitfalls/rules/, one file per mistake; the
+    others' rules are in tests/pitfalls/ and its one-mistake folders): the tests of that rule fail, and
+    only they. The mistakes of several exercises are graded together, every lab in one grading, and each
+    test runs with only its own exercise the pitfall's, so the tests of ``exercise`` are read from that
+    grading."""
+    exercise, expected = RULES[name]
+    assert expected, f"{name}: a rule's pitfall must lose at least one test"
+    report, graded_here = graded_alone(graded, f"rules/{name}")
     assert graded_here, f"no test of exercise {exercise} was graded:\n{report.text}"
-    assert {r.name: r.points for r in graded_here if not r.passed} == RULES[folder, exercise], report.text
+    assert {r.name: r.points for r in graded_here if not r.passed} == expected, report.text
     assert all(r.kind == "failed" for r in graded_here if not r.passed), report.text
-    assert {r.exercise for r in report.results} == set(rule_runs()[folder])
 
 
 def launch_of(*outcomes: dict | str) -> Launch:

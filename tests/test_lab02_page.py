@@ -106,15 +106,15 @@ def test_the_points_table_adds_up(pages, lang):
 
 
 def test_the_adam_surprise_is_measured(pages):
-    """Section 8's surprise: tests/pitfalls/third_rule_each/'s ZeRO-2 step, which divides the summed
+    """Section 8's surprise: tests/pitfalls/rules/shard_divided_twice.py's ZeRO-2 step, which divides the summed
     shard by N once more, ends 4 steps (fp32) this far from DDP's weights on 2, 3 and 4 workers: a few
     millionths, as the page says, and never the same bits."""
     import importlib.util
 
     import numpy as np
 
-    path = ROOT / "tests" / "pitfalls" / "third_rule_each" / "lab02_zero.py"
-    spec = importlib.util.spec_from_file_location("third_rule_each_lab02", path)
+    path = ROOT / "tests" / "pitfalls" / "rules" / "shard_divided_twice.py"
+    spec = importlib.util.spec_from_file_location("shard_divided_twice", path)
     mistaken = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mistaken)
     shape = mlp.MLPSpec((12, 24, 20, 6))  # tests/test_lab02.py's model

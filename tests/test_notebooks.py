@@ -29,10 +29,7 @@ prints one line per graded exercise or prediction: ``  N.M  earned/total``, ``  
 from __future__ import annotations
 
 import io
-import os
 import re
-import sys
-import tempfile
 import tokenize
 from concurrent.futures import Future
 from pathlib import Path
@@ -291,34 +288,6 @@ def environment(graded, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _forked_kernels() -> None:
-    """Start the kernels as forks of the suite's fork server (tests/forkhub.py: torch is imported there
-    already, about 3 s of CPU that a fresh kernel spends on it), in a process group of their own as
-    jupyter_client's own ``launch_kernel`` does; any other kernel command, or where ranks are not
-    forked, goes to jupyter_client's own ``launch_kernel``."""
-    from jupyter_client.provisioning import local_provisioner
-
-    original = local_provisioner.launch_kernel
-    if getattr(original, "forked", False):
-        return
-
-    def launch_kernel(cmd, stdin=None, stdout=None, stderr=None, env=None, independent=False, cwd=None, **kwargs):
-        hub = launcher.fork_hub(env or os.environ)
-        if hub is None or cmd[:2] != [sys.executable, "-m"] or stdout is not None or not hasattr(stderr, "name"):
-            return original(cmd, stdin, stdout, stderr, env, independent, cwd, **kwargs)
-        from tests.forkhub import HubRank
-
-        env = {k: v for k, v in (env or os.environ).items() if k != "JPY_PARENT_PID"}
-        folder = Path(cwd or tempfile.mkdtemp(prefix="minigpt-kernel-"))
-        stderr.flush()
-        return HubRank(
-            hub, cmd[1:], env, folder, 0, launcher.hub_wait_s(), err=Path(stderr.name), cwd=str(folder), group=True
-        )
-
-    launch_kernel.forked = True
-    local_provisioner.launch_kernel = launch_kernel
-
-
 def execute(path: Path, graded, tmp_path: Path) -> nbformat.NotebookNode:
     """``path`` executed in a fresh kernel (its environment: ``environment``); raises on the first cell
     that raises."""
@@ -337,7 +306,6 @@ def submit(config: pytest.Config) -> dict:
     """Every notebook, on the suite's second lane (tests/background.py; a kernel computes on one thread,
     so the other core works meanwhile): English with the reference, Spanish with the stubs, the longest
     first. Each waits for its whole grading (tests/grading.py, started before it on the same lane)."""
-    _forked_kernels()
     gradings = grading.submit(config)
     jobs = [(p, gradings["reference"]) for p in ENGLISH] + [(spanish(p), gradings["stubs"]) for p in ENGLISH]
     jobs.sort(key=lambda job: -SECONDS.get(job[0].name, 5))
