@@ -315,3 +315,40 @@ def test_no_docstring_or_comment_tells_the_code_s_history():
 )
 def test_the_history_patterns_catch_history_and_only_history(text, history):
     assert bool(HISTORY.search(text)) == history, f"{text!r}: {HISTORY.search(text)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# One home for every bound and digest; runners that stand alone
+
+BOUND_NAME = re.compile(r"^[A-Z0-9_]*(BOUND|TOLERANCE|TOL)[A-Z0-9_]*$")
+
+
+def test_bounds_and_digests_live_in_the_proof_s_room():
+    """Every bound a run is held to is a constant of minigpt/parallel/ (``bounds.py``), and every digest
+    of a state is :func:`minigpt.parallel.equivalence.digest`: no runner or page module names a bound of
+    its own or hashes tensors."""
+    found = []
+    for path in MODULES:
+        if room_of(path) not in ("runners", "pages"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if BOUND_NAME.match(n)]
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: imports hashlib" for m in modules if m == "hashlib"]
+    assert found == [], "bounds or digests outside minigpt/parallel/:\n" + "\n".join(found)
+
+
+def test_no_lab_runner_imports_another():
+    """A lab's runner imports the shared parts of its room (``entry``, ``checks``, ``predictions``) and
+    the mechanisms, never another lab's runner: what two labs share lives in minigpt/parallel/."""
+    found = []
+    for path in MODULES:
+        if room_of(path) != "runners" or not path.stem.startswith("lab"):
+            continue
+        others = {m for m in imported_modules(path) if m.startswith("minigpt.runners.lab")}
+        found += [f"{path.relative_to(ROOT)} imports {m}" for m in sorted(others)]
+    assert found == [], "\n".join(found)

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from minigpt.pages import rulers
 from minigpt.pages.lang import num, pct, sci, table, tr, write_tables, yes
+from minigpt.parallel.bounds import FP32_DRIFT_BOUND, KERNEL_BOUNDS
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
-ONE_STEP_BOUND = {"float32": 1e-5, "float64": 1e-12}
-DRIFT_BOUND = 1e-5
 
 
 def is_mesh(report: dict) -> bool:
@@ -77,7 +76,7 @@ def proofs(r: dict, lang: str) -> str:
                 if dtype == "float32"
                 else tr(lang, "… the same in float64", "… lo mismo en float64")
             )
-            bound = ONE_STEP_BOUND[dtype]
+            bound = KERNEL_BOUNDS[dtype]
             rows.append(
                 [
                     label,
@@ -97,8 +96,8 @@ def proofs(r: dict, lang: str) -> str:
                 ),
                 ("0" if found["max_grad_diff"] == 0 else sci(found["max_grad_diff"], lang))
                 + (tr(lang, " (bit-identical)", " (idénticos bit a bit)") if found["bit_identical"] else ""),
-                f"≤ {sci(ONE_STEP_BOUND['float32'], lang, 1)}",
-                yes(found["max_grad_diff"] <= ONE_STEP_BOUND["float32"], lang),
+                f"≤ {sci(KERNEL_BOUNDS['float32'], lang, 1)}",
+                yes(found["max_grad_diff"] <= KERNEL_BOUNDS["float32"], lang),
             ]
         )
     f32 = one["float32"]
@@ -142,8 +141,8 @@ def proofs(r: dict, lang: str) -> str:
                 f"({SCHEDULE_NAMES[r['schedule']]})",
             ),
             _drift(t["step_drift"], lang),
-            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
-            yes(t["step_drift"]["max"] <= DRIFT_BOUND, lang),
+            f"≤ {sci(FP32_DRIFT_BOUND, lang, 1)}",
+            yes(t["step_drift"]["max"] <= FP32_DRIFT_BOUND, lang),
         ],
         [
             tr(
@@ -271,8 +270,8 @@ def mesh(r: dict, lang: str) -> str:
                 f"deriva por paso frente a un proceso, fp32, {r['steps']} pasos",
             ),
             _drift(h["step_drift"], lang),
-            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
-            yes(h["step_drift"]["max"] <= DRIFT_BOUND, lang),
+            f"≤ {sci(FP32_DRIFT_BOUND, lang, 1)}",
+            yes(h["step_drift"]["max"] <= FP32_DRIFT_BOUND, lang),
         ],
     ]
     for dim, en, es in (
@@ -292,8 +291,8 @@ def mesh(r: dict, lang: str) -> str:
         [
             f"{dptp_name}: " + tr(lang, "one step: logits / gradients, fp32", "un paso: logits / gradientes, fp32"),
             f"{sci(one['fp32_first_step_logit_diff'], lang)} / {sci(one['fp32_first_step_grad_diff'], lang)}",
-            f"≤ {sci(DRIFT_BOUND, lang, 1)}",
-            yes(max(one["fp32_first_step_logit_diff"], one["fp32_first_step_grad_diff"]) <= DRIFT_BOUND, lang),
+            f"≤ {sci(FP32_DRIFT_BOUND, lang, 1)}",
+            yes(max(one["fp32_first_step_logit_diff"], one["fp32_first_step_grad_diff"]) <= FP32_DRIFT_BOUND, lang),
         ],
         [
             f"{dptp_name}: "
@@ -305,10 +304,10 @@ def mesh(r: dict, lang: str) -> str:
             _drift(d["step_drift"], lang),
             tr(
                 lang,
-                f"≤ {sci(DRIFT_BOUND, lang, 1)} or 2 × PyTorch's ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
-                f"≤ {sci(DRIFT_BOUND, lang, 1)} o 2 × la de PyTorch ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
+                f"≤ {sci(FP32_DRIFT_BOUND, lang, 1)} or 2 × PyTorch's ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
+                f"≤ {sci(FP32_DRIFT_BOUND, lang, 1)} o 2 × la de PyTorch ({sci(r['pytorch_fp32_max_step_drift'], lang)})",
             ),
-            yes(d["step_drift"]["max"] <= max(DRIFT_BOUND, 2 * r["pytorch_fp32_max_step_drift"]), lang),
+            yes(d["step_drift"]["max"] <= max(FP32_DRIFT_BOUND, 2 * r["pytorch_fp32_max_step_drift"]), lang),
         ],
         [
             f"{dptp_name}: "

@@ -49,14 +49,17 @@ import torch.distributed as dist
 
 from minigpt import grammar
 from minigpt.parallel import equivalence
+from minigpt.parallel.bounds import (  # noqa: F401 - the rulers' bounds, read as proof.<name> too
+    FP32_DRIFT_BOUND,
+    FP32_ONE_STEP_BOUND,
+    FP64_DRIFT_BOUND,
+    FP64_MIN_STEPS,
+    PYTORCH_DRIFT_FACTOR,
+    PYTORCH_ONE_STEP_BOUND,
+    drift_bound,
+)
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 
-FP32_ONE_STEP_BOUND = 1e-5  # ruler 2: the course's promise
-FP64_DRIFT_BOUND = 1e-9  # ruler 1: the algorithm
-FP32_DRIFT_BOUND = 1e-5  # ruler 3, for the data-parallel family
-FP64_MIN_STEPS = 20
-PYTORCH_ONE_STEP_BOUND = 1e-6  # model-parallel: our one-step logits against PyTorch's own implementation
-PYTORCH_DRIFT_FACTOR = 2.0  # model-parallel: our float32 step drift at most twice PyTorch's on the same run
 DATA_PARALLEL, MODEL_PARALLEL = "data-parallel", "model-parallel"
 # the keys every lab's ``--check --report`` writes (tests/ check them in each lab's report)
 REPORT_KEYS = (
@@ -538,12 +541,3 @@ class Proof:
             else:
                 v.reported("fp32_max_step_drift", r["fp32_max_step_drift"], where)
         return v
-
-
-def drift_bound(pytorch_drift: float) -> float:
-    """Ruler 3 for the model-parallel family (Labs 05-07): our float32 step drift over the run is no
-    further from one process than twice PyTorch's own implementation on the same run, or within the
-    data-parallel family's 1e-5 (early in a run both are a few 1e-7 to 1e-6, dominated by the first
-    step, and twice a small number says nothing: our first step cuts the vocabulary too, PyTorch's
-    plan does not)."""
-    return max(FP32_DRIFT_BOUND, PYTORCH_DRIFT_FACTOR * pytorch_drift)

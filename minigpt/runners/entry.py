@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import time
@@ -40,10 +41,27 @@ class Lab:
     parse_args: Callable[[list[str] | None], argparse.Namespace]
     check_args: Callable[[argparse.Namespace, int], object]
     measure: Callable[[object, argparse.Namespace, launch.DistContext], dict]
-    render: Callable[[Path], list] | str | None = None  # or "module:function", imported when rendering
+    render: str | None = None  # "module:function" of minigpt.pages, imported only to render
     render_keys: tuple[str, ...] = ()
     render_example: str = ""
     world_size: Callable[[], int] | None = None  # the world size check_args sees (default: WORLD_SIZE)
+    summary: Callable[[dict], list[str]] | None = None  # the report's lines, printed before rendering
+
+
+def add_run_flags(p: argparse.ArgumentParser, quiet: bool = True) -> None:
+    """``--impl``, ``--timeout``, ``--report`` and ``--render`` (and ``--quiet``): a distributed lab's
+    own flags, the same in every lab that runs the learner's code."""
+    p.add_argument(
+        "--impl",
+        choices=impl.IMPLS,
+        default=None,
+        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+    )
+    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    if quiet:
+        p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
 
 
 def add_check_flags(
@@ -198,10 +216,10 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
             path = cli.input_json(args.render, "--render", lab.render_keys, lab.render_example)
         except ValueError as exc:
             return cli.refuse(lab.prog, str(exc))
-        render = lab.render
-        if isinstance(render, str):  # the page module is imported only to render
-            module, _, function = render.partition(":")
-            render = getattr(importlib.import_module(module), function)
+        module, _, function = lab.render.partition(":")
+        render = getattr(importlib.import_module(module), function)
+        if lab.summary is not None:
+            print("\n".join(lab.summary(json.loads(Path(path).read_text(encoding="utf-8")))))
         try:
             written = render(path)
         except cli.BadInput as exc:

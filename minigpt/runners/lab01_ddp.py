@@ -471,7 +471,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -
         "max_micro_batch_drift": main_run.micro_drift.worst if check else None,
         "bit_identical_to_micro_batches": main_run.micro_bit_identical if check else None,
         "ranks_bit_identical": all(r.bit_identical for r in runs) if check else None,
-        "tolerance": equivalence.TOLERANCE,
+        "tolerance": proof.FP32_DRIFT_BOUND,
         "probe": "float64 forward of the float32 weights" if cfg.dtype == "float32" else "float64",
         "full": bool(args.full),
         **accuracy,

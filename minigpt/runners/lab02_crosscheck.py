@@ -33,7 +33,7 @@ import torch.distributed as dist
 from minigpt import cli
 from minigpt.divergence import Watch
 from minigpt.fsdp.variants import fsdp2_unit_sizes
-from minigpt.parallel import equivalence, launch, proof
+from minigpt.parallel import bounds, equivalence, launch, proof
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
 from minigpt.zero import comm, memory
@@ -333,9 +333,6 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return variants
 
 
-PYTORCH_ZERO1_BOUND = 1e-6  # ZeRO-1 with clipping against ZeroRedundancyOptimizer
-
-
 def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
     """Train and measure each variant in turn, each against one process (the harness's twins), then
     the rulers. The models live and die in here: none of them (nor the collectives FSDP keeps in
@@ -400,7 +397,7 @@ def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx
                 pytorch_impl="torch.distributed.optim.ZeroRedundancyOptimizer (with DistributedDataParallel)",
                 pytorch_max_diff=z["with_clipping"]["max_difference"],
                 same_as_pytorch=z["without_clipping"]["bit_identical"]
-                and z["with_clipping"]["max_difference"] <= PYTORCH_ZERO1_BOUND,
+                and z["with_clipping"]["max_difference"] <= bounds.PYTORCH_ZERO1_BOUND,
             )
         else:
             report.update(pytorch_impl=None, pytorch_impl_reason="ZeRO-1 not among --variants", same_as_pytorch=None)
@@ -410,7 +407,7 @@ def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx
             v.true(
                 "same_as_pytorch",
                 report["same_as_pytorch"],
-                f"ZeRO-1: bit-identical without clipping, within {PYTORCH_ZERO1_BOUND:g} with, {args.steps} steps",
+                f"ZeRO-1: bit-identical without clipping, within {bounds.PYTORCH_ZERO1_BOUND:g} with, {args.steps} steps",
             )
         for name, r in results.items():
             v.true(f"{name}.bytes_constant_over_steps", r["bytes_constant_over_steps"], "every step sends the same")

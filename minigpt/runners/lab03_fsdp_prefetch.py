@@ -62,7 +62,7 @@ from minigpt.divergence import Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
 from minigpt.model import MiniGPT
-from minigpt.parallel import equivalence, launch
+from minigpt.parallel import bounds, equivalence, launch
 from minigpt.runners import entry
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step, validate
 
@@ -172,7 +172,7 @@ class VariantRun:
 class OneProcess:
     """Lab 01's check: from a run's full state before a step (parameters and optimizer state,
     gathered), one process takes the same step on the whole global batch; its logits on the probe
-    batch are compared with the run's after it (at most :data:`equivalence.TOLERANCE`). The FSDP
+    batch are compared with the run's after it (at most :data:`bounds.FP32_DRIFT_BOUND`). The FSDP
     model's parameters after the step are gathered in full (an exact copy) into a plain MiniGPT for
     the probe, so no rank runs FSDP alone; :func:`run` shares the one-process steps out between the
     ranks."""
@@ -203,7 +203,7 @@ def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int
         "description": {"en": variant.en, "es": variant.es},
         "step_drift": drifts,
         "max_step_drift": max(drifts),
-        "passed": max(drifts) <= equivalence.TOLERANCE,
+        "passed": max(drifts) <= bounds.FP32_DRIFT_BOUND,
         "calls_per_step": last[0]["calls"],
         "calls_same_every_step_and_rank": all(
             r["summaries"][s]["calls"] == last[0]["calls"] for r in ranks for s in later
@@ -361,7 +361,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         else:  # every rank knows the verdict, only rank 0 the details
             results[name] = {
                 "max_step_drift": float(drifts[i].max()),
-                "passed": float(drifts[i].max()) <= equivalence.TOLERANCE,
+                "passed": float(drifts[i].max()) <= bounds.FP32_DRIFT_BOUND,
             }
     passed = all(r["passed"] for r in results.values())
     report = {
@@ -378,7 +378,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         "batch_size": cfg.batch_size,
         "n_layer": cfg.n_layer,
         "parameters": build_model(cfg).num_params(),
-        "tolerance": equivalence.TOLERANCE,
+        "tolerance": bounds.FP32_DRIFT_BOUND,
         "passed": passed,
         "variants": results,
         "trace": traced,
@@ -391,7 +391,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
         launch.log(
             ctx,
             f"check {verdict}: max step drift {max(r['max_step_drift'] for r in results.values()):.2e} "
-            f"(tolerance {equivalence.TOLERANCE:g})",
+            f"(tolerance {bounds.FP32_DRIFT_BOUND:g})",
         )
         if ctx.world_size < 2:
             launch.log(

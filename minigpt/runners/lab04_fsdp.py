@@ -26,7 +26,6 @@ policy of Lab 03), and trains with AdamW on its slice of each global batch. ``--
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
 import sys
 import tempfile
@@ -302,7 +301,7 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
     bit_identical = True
     if check:
         digests = [None] * ctx.world_size
-        dist.all_gather_object(digests, state_digest(ours.full_state_dict(system.model)))
+        dist.all_gather_object(digests, equivalence.digest(ours.full_state_dict(system.model)))
         bit_identical = len(set(digests)) == 1
     vs_fsdp2 = system.vs_fsdp2
     result = {
@@ -325,15 +324,6 @@ def train(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext, c
         full.load_state_dict(ours.full_state_dict(system.model))
         result.update(entry.tutor_score(full, args, cfg.block_size, ctx))
     return result
-
-
-def state_digest(state: dict) -> str:
-    """A SHA-1 of every tensor's bytes, in key order: equal digests mean bit-identical states."""
-    h = hashlib.sha1()
-    for key in sorted(state):
-        h.update(key.encode())
-        h.update(state[key].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def _step_record(step) -> dict:
@@ -575,16 +565,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="tutor accuracy on this many test sentences (default: all)",
     )
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p)
     p.add_argument(
         "--trace",
         metavar="DIR",

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from minigpt import cli, grammar, impl
-from minigpt.parallel import equivalence, launch, proof
+from minigpt.parallel import bounds, equivalence, launch, proof
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import ring_attention, ring_attention_bytes, split_sequence
 from minigpt.parallel.tensor_parallel.context_parallel import CPMiniGPT, cp_bytes_per_step
@@ -46,7 +46,6 @@ from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 
 PROG = "lab/05_ring_attention.py"
 DEFAULT_CHECK_STEPS = 100  # --check: MiniGPT trained context-parallel for the first 100 of 450 steps (--full: all)
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -148,7 +147,7 @@ def measure(args: argparse.Namespace, ctx: launch.DistContext) -> dict:
         "refused": refusals(ctx),
     }
     verdict = proof.Verdict()
-    for dtype_name, bound in TOLERANCE.items():
+    for dtype_name, bound in bounds.KERNEL_BOUNDS.items():
         mine = [c for c in cases if c["dtype"] == dtype_name]
         verdict.at_most(f"attention_{dtype_name}_out_diff", max(c["max_out_diff"] for c in mine), bound, "every case")
         verdict.at_most(f"attention_{dtype_name}_grad_diff", max(c["max_grad_diff"] for c in mine), bound, "every case")
@@ -446,15 +445,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--head-dim", type=cli.POSITIVE_INT, default=24, help="features per head (MiniGPT: 96 / 4)")
     p.add_argument("--seed", type=cli.SEED, default=0, help="the random Q, K, V")
     entry.add_check_flags(p, check_steps=DEFAULT_CHECK_STEPS)
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p, quiet=False)
     cli.add_device_flag(p)
     return p.parse_args(argv)
 

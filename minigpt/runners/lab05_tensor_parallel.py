@@ -345,16 +345,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="tutor accuracy on this many test sentences (default: all)",
     )
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p)
     cli.add_device_flag(p)
     return p.parse_args(argv)
 

@@ -28,11 +28,9 @@ on the whole batch, and the largest logit difference on the probe batch is the s
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -376,16 +374,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--replicate", type=cli.POSITIVE_INT, default=None, help="HSDP replicate degree (default: nodes)")
     p.add_argument("--tp", type=cli.POSITIVE_INT, default=2, help="tensor-parallel degree of the DP x TP mesh")
     entry.add_check_flags(p)
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p)
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
@@ -534,13 +523,6 @@ def summary(report: dict) -> list[str]:
     return lines
 
 
-def render(path) -> list:
-    print("\n".join(summary(json.loads(Path(path).read_text(encoding="utf-8")))))
-    from minigpt.pages import lab06
-
-    return lab06.render(path)
-
-
 def check_settings(args: argparse.Namespace, world_size: int) -> tuple[TrainConfig, dict]:
     _, local_world_size = torchrun_layout()
     return check_args(args, world_size, local_world_size)
@@ -551,9 +533,10 @@ LAB = entry.Lab(
     parse_args,
     check_settings,
     lambda settings, args, ctx: measure(*settings, args, ctx),
-    render,
+    "minigpt.pages.lab06:render",
     ("mesh", "bytes_per_dim"),
     "out/lab06-mesh.json",
+    summary=summary,
 )
 
 

@@ -18,18 +18,15 @@ harness's rulers, its bytes per dimension against the model of each dimension.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from minigpt import cli, grammar, impl
-from minigpt.parallel import launch, proof
+from minigpt.parallel import equivalence, launch, proof
 from minigpt.parallel.fsdp_by_hand.record import Recorder
 from minigpt.parallel.mesh import compose, torchrun_layout
 from minigpt.parallel.mesh.nd import DIMS, NDMesh, check_degrees
@@ -234,14 +231,10 @@ class NDSystem:
         same tp coordinate) and the TP-whole ones (every rank)."""
         local = self.tp_local_state()["weights"]
         cut_names = {n for n, p in self.model.named_parameters() if id(p) in self.tp_cut}
-        out = {}
-        for which, keep in (("tp_slice", True), ("whole", False)):
-            h = hashlib.sha256()
-            for n in sorted(local):
-                if (n in cut_names) == keep:
-                    h.update(local[n].cpu().numpy().tobytes())
-            out[which] = h.hexdigest()
-        return out
+        return {
+            which: equivalence.digest(local[n] for n in sorted(local) if (n in cut_names) == keep)
+            for which, keep in (("tp_slice", True), ("whole", False))
+        }
 
 
 class TorchNDSystem:
@@ -431,21 +424,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=cli.POSITIVE_INT, default=DEFAULT_STEPS, help="training steps of each layout")
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and the batches")
     entry.add_check_flags(p)
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+    entry.add_run_flags(p)
     p.add_argument(
         "--drop-cp-factor",
         action="store_true",
         help="a mistake on purpose: the CP ranks' loss shares averaged by FSDP instead of summed (the lab page's Surprises)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
@@ -592,14 +576,6 @@ def summary(report: dict) -> list[str]:
     return lines
 
 
-def render(path) -> list:
-    """The report's lines, and the page's tables (:mod:`minigpt.pages.lab07`)."""
-    print("\n".join(summary(json.loads(Path(path).read_text(encoding="utf-8")))))
-    from minigpt.pages import lab07
-
-    return lab07.render(path)
-
-
 def check_settings(args: argparse.Namespace, world_size: int):
     _, local_world_size = torchrun_layout()
     return check_args(args, world_size, local_world_size)
@@ -610,9 +586,10 @@ LAB = entry.Lab(
     parse_args,
     check_settings,
     lambda settings, args, ctx: measure(*settings, args, ctx),
-    render,
+    "minigpt.pages.lab07:render",
     ("layouts", "bytes_per_dim"),
     "out/lab07.json",
+    summary=summary,
 )
 
 

@@ -39,7 +39,6 @@ every rank and sharded ones different draws, which this lab does not build.
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import torch
@@ -48,6 +47,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from minigpt.model import MiniGPT, causal_mask
+from minigpt.parallel import equivalence
 from minigpt.parallel.ring import ByteCounter
 from minigpt.parallel.tensor_parallel import comm
 from minigpt.parallel.tensor_parallel.comm import Group
@@ -380,8 +380,4 @@ def whole_state(model: TPMiniGPT, optimizer: torch.optim.Optimizer) -> dict:
 def replicated_digest(model: TPMiniGPT) -> str:
     """A digest of the parameters every rank holds whole (they must stay bit-identical)."""
     cut_ids = {id(p) for p in model.sharded_parameters()}
-    h = hashlib.sha256()
-    for p in model.parameters():
-        if id(p) not in cut_ids:
-            h.update(p.detach().cpu().numpy().tobytes())
-    return h.hexdigest()
+    return equivalence.digest(p for p in model.parameters() if id(p) not in cut_ids)
