@@ -30,7 +30,8 @@ from torch import nn
 from minigpt.fsdp.memory import PeakMemory, model_state_bytes
 from minigpt.fsdp.sharded_state import global_grad_norm_from_shards, local_norm_term
 from minigpt.model import MiniGPT
-from minigpt.parallel.equivalence import TOLERANCE, probe_batch
+from minigpt.parallel.bounds import FP32_DRIFT_BOUND as TOLERANCE
+from minigpt.parallel.equivalence import probe_batch
 from minigpt.train import TrainConfig
 from tests import background
 from tests.launcher import ROOT, start_ranks
