@@ -140,7 +140,7 @@ def start_fork_server() -> None:
 def rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: str) -> None:
     """In a forked rank: become ``python *command`` (a script and its arguments, or ``-m module ...``)
     run from the repository with environment ``env``, stdin empty, stdout and stderr into the two files;
-    exit with its status. Nothing of the course is imported before ``env`` is in place, so every module
+    exit with its status, through :mod:`multiprocessing`'s own exit (its finalizers run). Nothing of the course is imported before ``env`` is in place, so every module
     that reads the environment at import reads the rank's."""
     os.environ.clear()
     os.environ.update(env)
@@ -177,7 +177,7 @@ def rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: 
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    raise SystemExit(code)  # multiprocessing's exit: its finalizers run (tqdm's lock is released), as at python's
 
 
 class ForkedRank:
