@@ -36,7 +36,7 @@ GPU, FSDP's separate CUDA streams do that for every variant).
 For every variant the lab records (:mod:`minigpt.fsdp.trace`) the order of events, a timeline
 figure, the all-gathers, reduce-scatters and all-reduces per step, the bytes each rank sends, the
 step time and the exposed communication time. It checks every step against one process by Lab 01's
-rule (:class:`OneProcess`: |logit difference| <= 1e-5 on the probe batch), and the order of the
+rule (the harness's :class:`~minigpt.parallel.proof.Twin`: |logit difference| <= 1e-5 on the probe), and the order of the
 collectives against :func:`~minigpt.fsdp.variants.predict_event_order`, derived from FSDP's rules.
 """
 
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import os
 import platform
 import statistics
@@ -61,10 +60,9 @@ from minigpt import cli, grammar, profiler
 from minigpt.divergence import Watch
 from minigpt.fsdp.trace import FSDPTracer, event_log
 from minigpt.fsdp.variants import VARIANTS, clip_gradients, predict_event_order, sharded_optimizer, wrap
-from minigpt.model import MiniGPT
-from minigpt.parallel import bounds, equivalence, launch
+from minigpt.parallel import bounds, launch, proof
 from minigpt.runners import entry
-from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at, train_step, validate
+from minigpt.train import TrainConfig, build_model, lr_at, validate
 
 PROG = "lab/03_fsdp_prefetch.py"
 DEFAULT_STEPS = 20
@@ -86,18 +84,21 @@ def full_state(wrapped: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[di
     )
 
 
-def load_full_state(model: MiniGPT, optimizer: torch.optim.Optimizer, state: tuple[dict, dict]) -> None:
-    """Put a :func:`full_state` into a single-process model and its ``build_optimizer``."""
-    model_state, optim_state = state
-    model.load_state_dict(model_state)
-    name_of = {id(p): name for name, p in model.named_parameters()}
-    template = optimizer.state_dict()
-    per_index = {}
-    for saved, group in zip(template["param_groups"], optimizer.param_groups):
-        for index, p in zip(saved["params"], group["params"]):
-            if name_of[id(p)] in optim_state:
-                per_index[index] = copy.deepcopy(optim_state[name_of[id(p)]])
-    optimizer.load_state_dict({"state": per_index, "param_groups": template["param_groups"]})
+def as_state(state: tuple[dict, dict]) -> proof.State:
+    """A :func:`full_state` as the harness's :data:`~minigpt.parallel.proof.State`, for its twin."""
+    weights, per_param = state
+    moments: dict[str, dict] = {}
+    steps = set()
+    for name, saved in per_param.items():
+        for key, value in saved.items():
+            if key == "step":
+                steps.add(float(value))
+                step = value
+            else:
+                moments.setdefault(key, {})[name] = value
+    if len(steps) > 1:
+        raise RuntimeError(f"the parameters' optimizer steps differ: {sorted(steps)}")
+    return {"weights": weights, "moments": moments, "step": step if steps else None}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,27 +168,6 @@ class VariantRun:
             "last_schedule": last.schedule(),
             "log": event_log(last, self.ctx.rank),
         }
-
-
-class OneProcess:
-    """Lab 01's check: from a run's full state before a step (parameters and optimizer state,
-    gathered), one process takes the same step on the whole global batch; its logits on the probe
-    batch are compared with the run's after it (at most :data:`bounds.FP32_DRIFT_BOUND`). The FSDP
-    model's parameters after the step are gathered in full (an exact copy) into a plain MiniGPT for
-    the probe, so no rank runs FSDP alone; :func:`run` shares the one-process steps out between the
-    ranks."""
-
-    def __init__(self, cfg: TrainConfig, device: torch.device):
-        self.cfg = cfg
-        self.model, self.run_model = build_model(cfg).to(device), build_model(cfg).to(device)
-        self.optimizer = build_optimizer(self.model, cfg)
-        self.probe = equivalence.Probe(self.model, block_size=cfg.block_size)  # Lab 01's exact probe
-
-    def step_drift(self, run: VariantRun, step: int) -> float:
-        load_full_state(self.model, self.optimizer, run.before)
-        train_step(self.model, self.optimizer, step, self.cfg)  # one process, the whole global batch
-        self.run_model.load_state_dict(run.after[0])  # the FSDP model's parameters after the step
-        return self.probe.drift(self.model, self.run_model)
 
 
 def summarize(name: str, drifts: list[float], ranks: list[dict], world_size: int, n_layer: int) -> dict:
@@ -325,7 +305,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
             f"{len(names)} variant(s), taking turns",
         )
     runs = [VariantRun(name, cfg, ctx) for name in names]
-    one_process = OneProcess(cfg, ctx.device)
+    twin = proof.Twin(cfg, ctx.device)  # one process, the whole global batch, from a run's state
     drifts = torch.zeros(len(runs), args.steps, dtype=torch.float64)
     bar = tqdm(
         range(args.steps),
@@ -347,7 +327,7 @@ def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launc
                 launch.log(ctx, f"trace: {profiler.describe(summary)}")
         for i, variant_run in enumerate(runs):  # the one-process steps, shared out: the ranks work at once
             if (i + step) % ctx.world_size == ctx.rank:
-                drifts[i, step] = one_process.step_drift(variant_run, step)
+                drifts[i, step] = twin.drift(step, as_state(variant_run.before), variant_run.after[0])
     bar.close()
     drifts = drifts.to(ctx.device)
     dist.all_reduce(drifts, op=dist.ReduceOp.MAX)
