@@ -64,6 +64,7 @@ WORDS = {
         "yours": "your code",
         "reference": "the reference",
         "exercise": "Exercise",
+        "lab": "Lab",
         "prediction": "Prediction",
         "all": "All together",
         "all_title": "all of your code at once",
@@ -90,6 +91,7 @@ WORDS = {
         "yours": "tu código",
         "reference": "la referencia",
         "exercise": "Ejercicio",
+        "lab": "Laboratorio",
         "prediction": "Predicción",
         "all": "Todo junto",
         "all_title": "todo tu código a la vez",
@@ -207,7 +209,7 @@ def render(report: Report) -> str:
         in_lab = [r for r in report.results if r.lab == lab]
         graded = [r for r in in_lab if r.kind != NOT_GRADED]  # its ranks could not connect: a busy machine
         earned, total = sum(r.points for r in graded if r.passed), sum(r.points for r in graded)
-        heading = f"Lab {lab} · {cat['labs'][lab][lang]} · {earned}/{total}"
+        heading = f"{words['lab']} {lab} · {cat['labs'][lab][lang]} · {earned}/{total}"
         exercises = sorted({r.exercise for r in in_lab}, key=order.index)
         if report.focus and all(r.kind == "not written" for r in in_lab):
             first = next(e for e in exercises if e != "all")

@@ -38,7 +38,7 @@ GLOSSARY = ROOT / "GLOSSARY.md"
 AVOID_HEADING = re.compile(r"^##\s+Words we do not use\b.*$", re.MULTILINE)
 
 # The Spanish sources (not the notebooks). tests/test_grader.py is not one: it quotes the grader's
-# own report, whose "Lab 00 · ..." lines minigpt/grader.py writes.
+# own report, which minigpt/grader.py writes.
 PAGE_GLOBS = ("*.es.md", "docs/*.es.md", "theory/*.es.md", "lab/*.es.md", "minigpt/**/*.es.md")
 FRAGMENT_GLOBS = ("lab/results/*-es.txt",)  # the measured fragments, as the page modules rendered them
 PYTHON_GLOBS = ("minigpt/pages/*.py", "tests/test_lab0*.py", "tests/ranks.py", "tests/words.py")

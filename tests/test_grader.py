@@ -923,11 +923,11 @@ def test_ranks_that_could_not_connect_lose_no_point(graded):
 
 def test_the_report_speaks_spanish_when_asked(graded):
     report = report_of(graded, "spanish")
-    assert "Lab 00 · MiniGPT y la referencia de un proceso · 0/4" in report.text, report.text
+    assert "Laboratorio 00 · MiniGPT y la referencia de un proceso · 0/4" in report.text, report.text
     assert "Ejercicio 0.1 · la máscara causal · 0/4" in report.text, report.text
     assert "sin escribir todavía: Ejercicio 0.1: construye la máscara causal booleana" in report.text, report.text
     assert "Corrigiendo tu código" in report.text and "Total 0/4 puntos" in report.text
-    assert "not written" not in report.text and "Exercise" not in report.text
+    assert "not written" not in report.text and "Exercise" not in report.text and "Lab " not in report.text
 
 
 def stub_tasks() -> dict[str, list[str]]:
