@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -367,23 +367,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                 if folder.is_relative_to(config.rootpath)
                 else str(folder)
             )
-        terminalreporter.write_sep("=", f"score ({impl} implementation, {where})")
-        for lab in sorted({r.lab for r in scores.values()}):
-            results = [r for r in scores.values() if r.lab == lab]
-            # a test that never reached its call phase (setup error) has not passed; one whose ranks
-            # could not connect (a busy machine) is not graded: its points are neither earned nor lost
-            earned = sum(r.points for r in results if r.passed and "call" in r.seen)
-            total = sum(r.points for r in results if r.kind != NOT_GRADED)
-            title = LAB_TITLES.get(lab, "")
-            terminalreporter.write_line(f"Lab {lab} · {title} · {earned}/{total}")
-            for r in results:
-                if r.kind == NOT_GRADED:
-                    terminalreporter.write_line(f"    not graded, {r.points} pt: {r.name}: {r.reason}")
-                elif not (r.passed and "call" in r.seen):
-                    reason = r.reason or "did not run"
-                    if r.kind == "time limit":
-                        reason = f"ran out of time, it did not fail: {reason} ({limits.HINT})"
-                    terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {reason}")
+        # a test that never reached its call phase (setup error) has not passed
+        results = [replace(r, passed=r.passed and "call" in r.seen) for r in scores.values()]
+        _score_table(terminalreporter, f"score ({impl} implementation, {where})", results)
     elif _GRADED_ON_LANE in config.stash and not config.option.collectonly:
         _lane_score_table(terminalreporter, config)
     # a test that did not run proves nothing: say so where the eye lands last, not only in pytest's list
@@ -444,18 +430,27 @@ def _lane_score_table(terminalreporter, config: pytest.Config) -> None:
             bold=True,
         )
         return
-    report = future.result().report
-    terminalreporter.write_sep("=", "score (reference implementation, written into lab/exercises/: tests/grading.py)")
-    for lab in sorted({r.lab for r in report.results}):
-        results = [r for r in report.results if r.lab == lab]
-        earned = sum(r.points for r in results if r.passed)
-        total = sum(r.points for r in results if r.kind != NOT_GRADED)
+    title = "score (reference implementation, written into lab/exercises/: tests/grading.py)"
+    _score_table(terminalreporter, title, future.result().report.results)
+
+
+def _score_table(terminalreporter, title: str, results: list) -> None:
+    """One line per lab, then one per point not earned. A test whose ranks could not connect (a busy
+    machine) is not graded: its points are neither earned nor lost."""
+    terminalreporter.write_sep("=", title)
+    for lab in sorted({r.lab for r in results}):
+        in_lab = [r for r in results if r.lab == lab]
+        earned = sum(r.points for r in in_lab if r.passed)
+        total = sum(r.points for r in in_lab if r.kind != NOT_GRADED)
         terminalreporter.write_line(f"Lab {lab} · {LAB_TITLES.get(lab, '')} · {earned}/{total}")
-        for r in results:
+        for r in in_lab:
             if r.kind == NOT_GRADED:
                 terminalreporter.write_line(f"    not graded, {r.points} pt: {r.name}: {r.reason}")
             elif not r.passed:
-                terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {r.reason or 'did not run'}")
+                reason = r.reason or "did not run"
+                if r.kind == "time limit":
+                    reason = f"ran out of time, it did not fail: {reason} ({limits.HINT})"
+                terminalreporter.write_line(f"    lost {r.points} pt: {r.name}: {reason}")
 
 
 def _write_grade_report(config: pytest.Config, scores: dict[str, _Result]) -> None:
