@@ -270,6 +270,8 @@ class DriftRun:
     losses: list[float] = field(default_factory=list)
     norm_rel_diff: float = 0.0
     clipped_steps: list[int] = field(default_factory=list)  # steps whose norm was above max_norm
+    bits_differ: list[int] = field(default_factory=list)  # (same_bits) steps whose twin is not the run's bits
+    also: equivalence.DriftLog = field(default_factory=equivalence.DriftLog)  # (also) one more measure per step
 
     def summary(self) -> dict:
         return {
@@ -281,40 +283,70 @@ class DriftRun:
 
 
 class SharedTwins:
-    """The twins of a run, shared over the ranks: rank ``s % world_size`` keeps step ``s``'s states
-    and computes its twin at the end of each window of steps.
+    """The twins of a run, shared over the ranks: rank ``(s + offset) % world_size`` keeps step ``s``'s
+    states and computes its twin at the end of each window of steps.
 
     Every step's twin (one process's step on the whole batch, and two float64 forwards of the probe)
     costs more than a rank's share of the distributed step, so the ranks share the twins: the rank
     that owns step ``s`` keeps the state before and after it; every ``window`` steps each rank
     computes the twins of the steps it owns, and one all-reduce shares the drifts. (A twin computed
     right after its step would make the other ranks wait for it at the next collective: the
-    training keeps the ranks in lockstep.)"""
+    training keeps the ranks in lockstep.) Two sets of twins of one run (Lab 01's whole batch and its
+    ranks' micro-batches) take ``offset`` 0 and 1, so that a step's two twins go to two ranks.
 
-    def __init__(self, cfg: TrainConfig, ctx, twin_norm: str, window: int | None = None, also_own_norm: bool = False):
+    ``same_bits``: :meth:`keep` takes the run's digest after the step (:func:`equivalence.digest` of
+    its parameters); a twin with the same bits is the run's (drift 0, no probe), and a step whose
+    twin differs is listed (``DriftRun.bits_differ``). ``also(twin_model, after)``: one more measure
+    of each twin (``DriftRun.also``)."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        ctx,
+        twin_norm: str,
+        window: int | None = None,
+        also_own_norm: bool = False,
+        offset: int = 0,
+        same_bits: bool = False,
+        also: Callable[[torch.nn.Module, dict], float] | None = None,
+    ):
         self.cfg, self.ctx, self.twin_norm = cfg, ctx, twin_norm
         self.also_own_norm = also_own_norm and twin_norm == "run"  # both drifts: the twin steps twice
         self.window = window or 4 * ctx.world_size
+        self.offset, self.same_bits, self.also = offset, same_bits, also
         self.twin = Twin(cfg, ctx.device)
-        self.kept: list[tuple[int, State, dict, torch.Tensor | None]] = []
+        self.kept: list[tuple[int, State, dict, torch.Tensor | None, str | None]] = []
         self.first = 0  # the first step of the current window
 
-    def keep(self, step: int, before: State, after: State, norm: torch.Tensor | None) -> bool:
+    def owns(self, step: int) -> bool:
+        """Whether this rank computes the twin of ``step``."""
+        return (step + self.offset) % self.ctx.world_size == self.ctx.rank
+
+    def keep(
+        self, step: int, before: State, after: State, norm: torch.Tensor | None, digest: str | None = None
+    ) -> bool:
         """Call on every rank after every step; True when the window is full (then call :meth:`share`)."""
-        if step % self.ctx.world_size == self.ctx.rank:
-            self.kept.append((step, before, after["weights"], None if norm is None else whole(norm)))
+        if self.owns(step):
+            self.kept.append((step, before, after["weights"], None if norm is None else whole(norm), digest))
         return step + 1 - self.first >= self.window
 
     def share(self, last: int, run: DriftRun) -> None:
         """Compute this rank's twins of steps ``first .. last``; one all-reduce shares every drift."""
         n = last + 1 - self.first
-        found = torch.zeros(4 * n, dtype=torch.float64)  # drift, |norm difference| / norm, clipped, own norm's
-        for step, before, after, norm in self.kept:
+        # drift, |norm difference| / norm, clipped, own norm's drift, bits differ, also
+        found = torch.zeros(6 * n, dtype=torch.float64)
+        for step, before, after, norm, digest in self.kept:
             i = step - self.first
             clip_norm = norm if self.twin_norm == "run" else None
             if self.also_own_norm:
                 found[3 * n + i] = self.twin.drift(step, before, after, None)
-            found[i] = self.twin.drift(step, before, after, clip_norm)
+            model = self.twin.step(step, before, clip_norm)
+            differs = not self.same_bits or equivalence.params_digest(model) != digest
+            found[4 * n + i] = float(differs)
+            if differs:  # the same bits give the same logits: no probe needed
+                found[i] = self.twin.probe.drift(model, after)
+            if self.also is not None:
+                found[5 * n + i] = self.also(model, after)
             if norm is not None and self.twin.own_norm is not None:
                 found[n + i] = abs(float(norm) - self.twin.own_norm) / max(float(norm), 1e-30)
                 found[2 * n + i] = float(float(norm) > self.cfg.grad_clip)
@@ -329,6 +361,10 @@ class SharedTwins:
                 run.clipped_steps.append(self.first + i)
             if self.also_own_norm:
                 run.own_norm_drift.add(float(found[3 * n + i]))
+            if self.same_bits and found[4 * n + i]:
+                run.bits_differ.append(self.first + i)
+            if self.also is not None:
+                run.also.add(float(found[5 * n + i]))
         self.first = last + 1
 
 

@@ -203,19 +203,15 @@ class DDPSystem:
 
 
 class Check:
-    """``--check``: after every step, the main variant against one process, shared out over the ranks,
-    and PyTorch's DDP (with ``--full`` also the other collective) against the main variant.
+    """``--check``: after every step, the main variant against one process, and PyTorch's DDP (with
+    ``--full`` also the other collective) against the main variant.
 
-    Per step there are two single-process *jobs*, both from the main variant's state before the
-    step: the step on the whole batch ("whole": the step drift, the course's criterion) and the step
-    accumulating the ranks' micro-batches ("micro": what DDP itself controls; on two ranks it must be
-    bit-identical, so its float64 probe is only computed when the weights differ). With ``--full``,
-    also one step of the independent trajectory and the whole-batch drift measured with a float32
-    probe. The jobs are shared over the ranks, and not computed at once: the rank that owns a job
-    keeps the states it needs, and every ``window`` steps each rank computes its jobs and one
-    all-reduce shares the results (a job computed right after its step would make the other ranks
-    wait for it at the next step's all-reduce: the training keeps the ranks in lockstep). The
-    trajectory is one process's run of its own: rank 0 takes its steps.
+    Per step there are two twins (:class:`~minigpt.parallel.proof.SharedTwins`), both from the main
+    variant's state before the step: the step on the whole batch (the step drift, the course's
+    criterion) and the step accumulating the ranks' micro-batches (what DDP itself controls: on two
+    ranks it must be bit-identical, so its probe only runs when the bits differ), each step's two
+    twins on two ranks. With ``--full``, also the whole-batch drift measured with a float32 probe, and
+    one process's independent trajectory (rank 0 takes its steps at the end of each window).
 
     The other variants train in lockstep from the same weights for their first ``companion_steps``
     steps and are compared with the main variant after each. On two ranks they stay bit-identical
@@ -225,34 +221,35 @@ class Check:
     from the same start (a difference left to grow would measure chaos).
     """
 
-    ROWS = ("whole", "micro", "micro differs", "trajectory", "whole, float32 probe")  # what each step measures
-
     def __init__(
         self, runs: list[Run], main: int, cfg: TrainConfig, ctx: launch.DistContext, full: bool, companion_steps: int
     ):
         self.runs, self.main, self.cfg, self.ctx, self.full = runs, main, cfg, ctx, full
         self.companion_steps = companion_steps
-        self.twins = {
-            "whole": proof.Twin(cfg, ctx.device),
-            "micro": proof.Twin(replace(cfg, accum=cfg.accum * ctx.world_size), ctx.device),
-        }
-        self.probe = self.twins["whole"].probe
-        self.float32_probe_model = build_model(cfg).to(ctx.device) if full else None
+        also = None
+        if full:
+            float32_model = build_model(cfg).to(ctx.device)
+
+            def also(model: torch.nn.Module, after: dict) -> float:
+                float32_model.load_state_dict(after)
+                return equivalence.logit_drift(model, float32_model, self.whole.twin.probe.tokens)
+
+        self.whole = proof.SharedTwins(cfg, ctx, "own", also=also)
+        micro_cfg = replace(cfg, accum=cfg.accum * ctx.world_size)
+        self.micro = proof.SharedTwins(micro_cfg, ctx, "own", offset=1, same_bits=True)
+        self.whole_run, self.micro_run = proof.DriftRun(), proof.DriftRun()
+        main_run = runs[main]  # its logs are the twins' (read by the progress bar and the report)
+        main_run.step_drift, main_run.micro_drift = self.whole_run.drift, self.micro_run.drift
+        main_run.float32_probe_drift = self.whole_run.also
         self.trajectory = None
         if full and ctx.rank == 0:
             model = build_model(cfg).to(ctx.device)
             self.trajectory = (model, build_optimizer(model, cfg))
-        self.window = 4 * ctx.world_size
-        self.first = 0  # the first step of the window
-        self.before: dict | None = None
-        self.kept: list[tuple[int, str, dict, dict, str]] = []  # (step, kind, before, after weights, digest)
         self.trajectory_steps: list[tuple[int, dict]] = []  # (step, the main variant's weights)
+        self.before: dict | None = None
         self.max_diff = [0.0] * len(runs)  # each variant's largest weight difference from the main one
         self.bit_identical_to_main = [True] * len(runs)
         self.compared_steps = 0
-
-    def _owner(self, step: int, job: int) -> int:
-        return (step + job) % self.ctx.world_size
 
     def companions(self, step: int) -> list[Run]:
         """The runs that take ``step``: the main one, and the others for their first steps."""
@@ -261,10 +258,10 @@ class Check:
         return [self.runs[self.main]]
 
     def before_step(self, step: int) -> None:
-        """Before the variants step: keep the main variant's state if this rank does one of its jobs,
+        """Before the variants step: keep the main variant's state if this rank owns one of its twins,
         and give a variant that differs from the main one the main one's state."""
         main = self.runs[self.main]
-        if self.ctx.rank in (self._owner(step, 0), self._owner(step, 1)):
+        if self.whole.owns(step) or self.micro.owns(step):
             self.before = proof.plain_state(main.model, main.optimizer)
         if step < self.companion_steps:
             digest = equivalence.params_digest(main.model)
@@ -274,75 +271,55 @@ class Check:
                     run.optimizer.load_state_dict(copy.deepcopy(main.optimizer.state_dict()))
 
     def after_step(self, step: int) -> None:
-        """Keep this rank's jobs of ``step``; at the end of a window (or of the run) compute them."""
+        """Keep this rank's twins of ``step``; at the end of a window (or of the run) compute them."""
         main = self.runs[self.main]
-        after = {n: v.detach().clone() for n, v in main.model.state_dict().items()}
+        after = {"weights": {n: v.detach().clone() for n, v in main.model.state_dict().items()}}
         digest = equivalence.params_digest(main.model)
-        for k, kind in enumerate(("whole", "micro")):
-            if self._owner(step, k) == self.ctx.rank:
-                self.kept.append((step, kind, self.before, after, digest))
+        full = self.whole.keep(step, self.before, after, None)
+        self.micro.keep(step, self.before, after, None, digest)
         if self.trajectory is not None:
-            self.trajectory_steps.append((step, after))
+            self.trajectory_steps.append((step, after["weights"]))
         self.before = None
         main.bit_identical &= equivalence.ranks_bit_identical(main.model)
         if step < self.companion_steps:
-            self.compared_steps += 1
-            mine = dict(main.model.named_parameters())
-            for i, run in enumerate(self.runs):
-                if i == self.main:
-                    continue
-                same = equivalence.params_digest(run.model) == digest
-                self.bit_identical_to_main[i] &= same
-                if not same:
-                    diff = max(
-                        float((p.detach() - mine[n].detach()).abs().max()) for n, p in run.model.named_parameters()
-                    )
-                    self.max_diff[i] = max(self.max_diff[i], diff)
-                    run.bit_identical &= equivalence.ranks_bit_identical(run.model)
-                else:  # the main variant's bits: its ranks agree exactly when the main one's do
-                    run.bit_identical &= main.bit_identical
-        if step + 1 - self.first >= self.window or step == self.cfg.steps - 1:
+            self._compare_companions(step, main, digest)
+        if full or step == self.cfg.steps - 1:
             self._share(step)
 
-    def _share(self, last: int) -> None:
-        steps = last + 1 - self.first
-        row = {name: k for k, name in enumerate(self.ROWS)}
-        found = torch.zeros(steps, len(self.ROWS), dtype=torch.float64)
-        for step, kind, before, after, digest in self.kept:
-            s = step - self.first
-            model = self.twins[kind].step(step, before)
-            if kind == "micro":
-                differs = equivalence.params_digest(model) != digest
-                found[s, row["micro differs"]] = float(differs)
-                if differs:  # identical weights give identical logits: no probe needed
-                    found[s, row["micro"]] = float((self.probe.logits(model) - self.probe.logits(after)).abs().max())
+    def _compare_companions(self, step: int, main: Run, digest: str) -> None:
+        self.compared_steps += 1
+        mine = dict(main.model.named_parameters())
+        for i, run in enumerate(self.runs):
+            if i == self.main:
                 continue
-            found[s, row["whole"]] = float((self.probe.logits(model) - self.probe.logits(after)).abs().max())
-            if self.full:
-                self.float32_probe_model.load_state_dict(after)
-                found[s, row["whole, float32 probe"]] = equivalence.logit_drift(
-                    model, self.float32_probe_model, self.probe.tokens
-                )
-        for step, after in self.trajectory_steps:
+            same = equivalence.params_digest(run.model) == digest
+            self.bit_identical_to_main[i] &= same
+            if not same:
+                diff = max(float((p.detach() - mine[n].detach()).abs().max()) for n, p in run.model.named_parameters())
+                self.max_diff[i] = max(self.max_diff[i], diff)
+                run.bit_identical &= equivalence.ranks_bit_identical(run.model)
+            else:  # the main variant's bits: its ranks agree exactly when the main one's do
+                run.bit_identical &= main.bit_identical
+
+    def _share(self, last: int) -> None:
+        first = self.whole.first
+        self.whole.share(last, self.whole_run)
+        self.micro.share(last, self.micro_run)
+        run = self.runs[self.main]
+        run.micro_bit_identical = not self.micro_run.bits_differ
+        if not self.full:
+            return
+        found = torch.zeros(last + 1 - first, dtype=torch.float64)
+        probe = self.whole.twin.probe
+        for step, after in self.trajectory_steps:  # rank 0's: one process's own run
             model, optimizer = self.trajectory
             train_step(model, optimizer, step, self.cfg)
-            found[step - self.first, row["trajectory"]] = float(
-                (self.probe.logits(model) - self.probe.logits(after)).abs().max()
-            )
-        self.kept.clear()
+            found[step - first] = float((probe.logits(model) - probe.logits(after)).abs().max())
         self.trajectory_steps.clear()
         found = found.to(self.ctx.device)
-        dist.all_reduce(found)  # each entry was filled by one rank only
-        found = found.cpu()
-        run = self.runs[self.main]
-        for s in range(steps):
-            run.step_drift.add(float(found[s, row["whole"]]))
-            run.micro_drift.add(float(found[s, row["micro"]]))
-            run.micro_bit_identical &= not bool(found[s, row["micro differs"]])
-            if self.full:
-                run.float32_probe_drift.add(float(found[s, row["whole, float32 probe"]]))
-                run.trajectory_drift.add(float(found[s, row["trajectory"]]))
-        self.first = last + 1
+        dist.broadcast(found, src=0)
+        for value in found.cpu().tolist():
+            run.trajectory_drift.add(value)
 
 
 LAB = entry.Lab(
