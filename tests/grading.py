@@ -5,6 +5,10 @@ Both are proofs of the grader (tests/test_grader.py reads them) and both are sav
 (``python -m minigpt.grader --save``): the notebooks' grade cells show these results exercise by
 exercise (``MINIGPT_GRADES``, tests/test_notebooks.py) instead of grading each exercise again, so
 every lab is graded once per implementation in the whole suite.
+
+:func:`write_exercises` also writes the folders that grade the pitfalls one exercise at a time: the
+stubs with each exercise's names taken from one mistake's file (``tests/pitfalls/rules/``), several
+exercises' mistakes in one folder (tests/test_grader.py packs them).
 """
 
 from __future__ import annotations

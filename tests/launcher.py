@@ -111,7 +111,7 @@ _FORK_LOCK = threading.Lock()
 
 def forks(env: Mapping[str, str]) -> bool:
     """Whether a rank with environment ``env`` is forked from the fork server (Linux, no kernel set in
-    either environment, not switched off): otherwise it is a fresh python process."""
+    ``env``, not switched off): otherwise it is a fresh python process."""
     if sys.platform != "linux" or env.get(FORK_VARIABLE, "1") == "0":
         return False
     return not any(k in env for k in KERNEL_SET_VARIABLES)
@@ -140,8 +140,9 @@ def start_fork_server() -> None:
 def rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: str) -> None:
     """In a forked rank: become ``python *command`` (a script and its arguments, or ``-m module ...``)
     run from the repository with environment ``env``, stdin empty, stdout and stderr into the two files;
-    exit with its status, through :mod:`multiprocessing`'s own exit (its finalizers run). Nothing of the course is imported before ``env`` is in place, so every module
-    that reads the environment at import reads the rank's."""
+    exit with its status, through :mod:`multiprocessing`'s own exit (its finalizers run). Nothing of
+    the course is imported before ``env`` is in place, so every module that reads the environment at
+    import reads the rank's."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(ROOT)
@@ -177,7 +178,7 @@ def rank_main(command: list[str], env: dict[str, str], out_path: str, err_path: 
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    raise SystemExit(code)  # multiprocessing's exit: its finalizers run (tqdm's lock is released), as at python's
+    raise SystemExit(code)  # multiprocessing's exit runs its finalizers (tqdm's lock), as python's would
 
 
 class ForkedRank:
