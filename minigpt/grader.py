@@ -301,8 +301,9 @@ def grade(
     show: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> Report:
-    """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests; several of one lab,
-    comma-separated: ``"4.1,4.5"``), one lab (``"01"``) or everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
+    """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests; several, comma-separated:
+    ``"4.1,4.5"``, and ``"4.1,all"`` adds their labs' end-to-end tests), one lab (``"01"``) or
+    everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
     (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included.
     ``env`` is the environment to grade in (default: this process's; the course's tests grade
     several folders at once, each with its own)."""
@@ -345,8 +346,8 @@ def _grade(
     labs = sorted(catalog()["labs"])
     environ = dict(os.environ if environ is None else environ)
     owners = labs
-    if exercise is not None and exercise != "all":  # one exercise, or several ("1.2,4.3"): their labs' tests
-        owners = sorted({impl.lab_of(one) for one in exercise.split(",")})
+    if exercise is not None and exercise != "all":  # one exercise, or several ("1.2,4.3,all"): their labs' tests
+        owners = sorted({impl.lab_of(one) for one in exercise.split(",") if one != "all"})
         lab = owners[0] if len(owners) == 1 else None
     saved = _saved(exercise, lab, impl_name, environ)
     if saved is not None:

@@ -300,55 +300,26 @@ class _Exercises:
         return impl_switch.load(self._module, name, self._impl)
 
 
-@pytest.fixture
-def lab00(impl_name: str) -> _Exercises:
-    """Lab 00's functions (causal_mask, masked_loss, rank_slice, lr_at) under test."""
-    return _Exercises("lab00_baseline", impl_name)
+def _functions_under_test(name: str, module: str):
+    def fixture(impl_name: str) -> _Exercises:
+        return _Exercises(module, impl_name)
+
+    fixture.__doc__ = f"The functions of {module}.py under test (the reference's or the learner's)."
+    return pytest.fixture(name=name)(fixture)
 
 
-@pytest.fixture
-def lab02(impl_name: str) -> _Exercises:
-    """Lab 02's functions (device_memory, zero2_step, step_collectives) under test."""
-    return _Exercises("lab02_zero", impl_name)
-
-
-@pytest.fixture
-def lab03(impl_name: str) -> _Exercises:
-    """Lab 03's functions (predict_event_order, local_norm_term, global_grad_norm_from_shards,
-    units_of_policy) under test."""
-    return _Exercises("lab03_fsdp", impl_name)
-
-
-@pytest.fixture
-def lab04(impl_name: str) -> _Exercises:
-    """Lab 04's functions (shard_rows, gather_rows, unit_parameters, reduce_gradients,
-    global_grad_norm, backward_prefetch_targets, FSDPUnit) under test."""
-    return _Exercises("lab04_fsdp", impl_name)
-
-
-@pytest.fixture
-def lab05(impl_name: str) -> _Exercises:
-    """Lab 05's functions (column_slice, row_slice, row_parallel_linear, copy_to_tp, reduce_from_tp,
-    vocab_parallel_cross_entropy, online_softmax_step, block_mask) under test."""
-    return _Exercises("lab05_tensor_parallel", impl_name)
-
-
-@pytest.fixture
-def lab06(impl_name: str) -> _Exercises:
-    """Lab 06's functions (one_f_one_b, forward_step, backward_step) under test."""
-    return _Exercises("lab06_pipeline", impl_name)
-
-
-@pytest.fixture
-def lab06_mesh(impl_name: str) -> _Exercises:
-    """Lab 06's mesh functions (resolve_hsdp, hsdp_bytes_per_dim) under test."""
-    return _Exercises("lab06_mesh", impl_name)
-
-
-@pytest.fixture
-def lab07(impl_name: str) -> _Exercises:
-    """Lab 07's functions (mesh_groups, batch_plan, whole_parameter) under test."""
-    return _Exercises("lab07_nd_parallel", impl_name)
+# lab00 ... lab07 (and lab06_mesh): each exercise module's functions, as the graded tests call them
+for _name, _module in {
+    "lab00": "lab00_baseline",
+    "lab02": "lab02_zero",
+    "lab03": "lab03_fsdp",
+    "lab04": "lab04_fsdp",
+    "lab05": "lab05_tensor_parallel",
+    "lab06": "lab06_pipeline",
+    "lab06_mesh": "lab06_mesh",
+    "lab07": "lab07_nd_parallel",
+}.items():
+    globals()[f"_{_name}_fixture"] = _functions_under_test(_name, _module)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

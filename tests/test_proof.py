@@ -65,3 +65,49 @@ def test_a_broken_equality_names_its_ruler_and_both_values(cases):
     assert "broken ruler bytes_per_rank_per_step: measured 2,922,000, criterion = 2,922,240" in v["lines"]
     assert "broken ruler same_as_pytorch: measured false, criterion must be true" in v["lines"]
     assert any(line.startswith("reported pytorch_fp32_max_step_drift: 1.20e-04") for line in v["lines"])
+
+
+def test_a_check_of_several_parts_keeps_each_rulers_worst_part():
+    """``proof.combined``: two layouts' proofs as one check's keys (Labs 02, 06, 07): each drift the
+    worse of the two, each step count the fewer, the float32 run the worse layout's, or the named part's."""
+    from minigpt.parallel import proof
+
+    def part(fp64, logits, grads, fp32, worst_step, norm, steps):
+        return {
+            "fp64_max_step_drift": fp64,
+            "fp64_steps": steps,
+            "fp32_first_step_logit_diff": logits,
+            "fp32_first_step_grad_diff": grads,
+            "fp32_max_step_drift": fp32,
+            "fp32_worst_step": worst_step,
+            "fp32_steps": steps,
+            "fp32_norm_rel_diff": norm,
+            "fp32_twin_clips_with": "run",
+        }
+
+    hsdp, dp_tp = part(3e-14, 2e-7, 5e-7, 4e-7, 12, 1e-7, 20), part(8e-14, 1e-7, 9e-7, 6e-6, 3, 4e-8, 24)
+    assert proof.combined([hsdp, dp_tp]) == {
+        "fp64_max_step_drift": 8e-14,
+        "fp64_steps": 20,
+        "fp32_first_step_logit_diff": 2e-7,
+        "fp32_first_step_grad_diff": 9e-7,
+        "fp32_max_step_drift": 6e-6,
+        "fp32_worst_step": 3,
+        "fp32_steps": 20,
+        "fp32_norm_rel_diff": 1e-7,
+        "fp32_twin_clips_with": "run",
+    }
+    named = proof.combined([hsdp, dp_tp], float32=hsdp)
+    assert (named["fp32_max_step_drift"], named["fp32_worst_step"], named["fp32_steps"]) == (4e-7, 12, 20)
+    assert named["fp32_first_step_grad_diff"] == 9e-7  # the first step's rulers stay the worst part's
+
+
+def test_the_model_parallel_family_is_held_to_pytorch_by_both_rules():
+    """``close_to_pytorch``: the one-step logits within 1e-6 of PyTorch's, and the drift within 1e-5 or
+    twice PyTorch's on the same run; either broken, the comparison fails."""
+    from minigpt.parallel.bounds import close_to_pytorch
+
+    assert close_to_pytorch(5e-7, 9e-6, 1e-7)  # under the course's 1e-5
+    assert close_to_pytorch(5e-7, 3.9e-5, 2e-5)  # over 1e-5, under twice PyTorch's
+    assert not close_to_pytorch(5e-7, 4.1e-5, 2e-5)  # over twice PyTorch's
+    assert not close_to_pytorch(1.1e-6, 1e-7, 1e-7)  # the first step's logits too far

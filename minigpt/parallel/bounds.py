@@ -21,3 +21,10 @@ def drift_bound(pytorch_drift: float) -> float:
     step, and twice a small number says nothing: our first step cuts the vocabulary too, PyTorch's
     plan does not)."""
     return max(FP32_DRIFT_BOUND, PYTORCH_DRIFT_FACTOR * pytorch_drift)
+
+
+def close_to_pytorch(logit_diff: float, drift: float, pytorch_drift: float) -> bool:
+    """The model-parallel family against PyTorch's own implementation (Labs 05-07's ``same_as_pytorch``):
+    the first step's logits within :data:`PYTORCH_ONE_STEP_BOUND` of PyTorch's, and our float32 step
+    drift over the run within :func:`drift_bound` of PyTorch's on the same run."""
+    return bool(logit_diff <= PYTORCH_ONE_STEP_BOUND and drift <= drift_bound(pytorch_drift))

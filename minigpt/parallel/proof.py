@@ -56,6 +56,7 @@ from minigpt.parallel.bounds import (  # noqa: F401 - the rulers' bounds, read a
     FP64_MIN_STEPS,
     PYTORCH_DRIFT_FACTOR,
     PYTORCH_ONE_STEP_BOUND,
+    close_to_pytorch,
     drift_bound,
 )
 from minigpt.train import TrainConfig, build_model, build_optimizer, train_step
@@ -577,3 +578,36 @@ class Proof:
             else:
                 v.reported("fp32_max_step_drift", r["fp32_max_step_drift"], where)
         return v
+
+
+def combined(parts: list[dict], float32: dict | None = None) -> dict:
+    """One check's harness keys from the proofs of its parts (a lab's layouts, variants or meshes,
+    each a :class:`Proof`'s report): each drift and difference its worst part's, each step count its
+    fewest; the float32 run's keys are the worst part's, or those of ``float32`` (the part whose
+    family's criterion judges the whole check)."""
+    parts = [p for p in parts if p]
+
+    def worst(key: str) -> float:
+        return max(p[key] for p in parts if key in p)
+
+    out = {
+        "fp64_max_step_drift": worst("fp64_max_step_drift"),
+        "fp64_steps": min(p["fp64_steps"] for p in parts if "fp64_steps" in p),
+        "fp32_first_step_logit_diff": worst("fp32_first_step_logit_diff"),
+        "fp32_first_step_grad_diff": worst("fp32_first_step_grad_diff"),
+    }
+    if float32 is None:
+        runs = [p for p in parts if "fp32_max_step_drift" in p]
+        out.update(
+            fp32_max_step_drift=worst("fp32_max_step_drift"),
+            fp32_worst_step=max(runs, key=lambda p: p["fp32_max_step_drift"])["fp32_worst_step"],
+            fp32_steps=min(p["fp32_steps"] for p in runs),
+            fp32_norm_rel_diff=worst("fp32_norm_rel_diff"),
+            fp32_twin_clips_with=runs[0]["fp32_twin_clips_with"],
+        )
+    else:
+        out.update({k: float32[k] for k in FLOAT32_KEYS})
+    return out
+
+
+FLOAT32_KEYS = ("fp32_max_step_drift", "fp32_worst_step", "fp32_steps", "fp32_norm_rel_diff", "fp32_twin_clips_with")

@@ -437,9 +437,10 @@ def measure(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext)
         if "control_step_drift" in t:
             report["control_fp32_max_step_drift"] = t["control_step_drift"]["max"]
         report["pytorch_max_diff"] = report["pytorch_first_step_logit_diff"]
-        report["same_as_pytorch"] = bool(
-            report["pytorch_first_step_logit_diff"] <= proof.PYTORCH_ONE_STEP_BOUND
-            and report["fp32_max_step_drift"] <= proof.drift_bound(report["pytorch_fp32_max_step_drift"])
+        report["same_as_pytorch"] = proof.close_to_pytorch(
+            report["pytorch_first_step_logit_diff"],
+            report["fp32_max_step_drift"],
+            report["pytorch_fp32_max_step_drift"],
         )
         report.update(verdict(report).keys())
     return entry.finish(report, args, ctx, summary, t_start)

@@ -443,16 +443,8 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
     }
     if args.check:
         h_r, d_r = hsdp["rulers"], dp_tp["rulers"]
+        report.update(proof.combined([h_r, d_r], float32=h_r))  # HSDP: the data-parallel family's criterion
         report.update(
-            fp64_max_step_drift=max(h_r["fp64_max_step_drift"], d_r["fp64_max_step_drift"]),
-            fp64_steps=min(h_r["fp64_steps"], d_r["fp64_steps"]),
-            fp32_first_step_logit_diff=max(h_r["fp32_first_step_logit_diff"], d_r["fp32_first_step_logit_diff"]),
-            fp32_first_step_grad_diff=max(h_r["fp32_first_step_grad_diff"], d_r["fp32_first_step_grad_diff"]),
-            fp32_max_step_drift=h_r["fp32_max_step_drift"],  # HSDP: the data-parallel family's criterion
-            fp32_worst_step=h_r["fp32_worst_step"],
-            fp32_steps=h_r["fp32_steps"],
-            fp32_norm_rel_diff=h_r["fp32_norm_rel_diff"],
-            fp32_twin_clips_with="run",
             dp_tp_fp32_max_step_drift=d_r["fp32_max_step_drift"],
             pytorch_impl=d_r["pytorch_impl"],
             pytorch_first_step_logit_diff=d_r["pytorch_first_step_logit_diff"],
@@ -460,11 +452,9 @@ def measure(cfg: TrainConfig, degrees: dict, args: argparse.Namespace, ctx: laun
             pytorch_fp32_max_step_drift=d_r["pytorch_fp32_max_step_drift"],
             replicated_bit_identical=dp_tp["replicated_bit_identical"],
             max_step_drift=max(h_r["fp32_max_step_drift"], d_r["fp32_max_step_drift"]),
-        )
-
-        report["same_as_pytorch"] = bool(
-            report["pytorch_first_step_logit_diff"] <= proof.PYTORCH_ONE_STEP_BOUND
-            and report["dp_tp_fp32_max_step_drift"] <= proof.drift_bound(report["pytorch_fp32_max_step_drift"])
+            same_as_pytorch=proof.close_to_pytorch(
+                d_r["pytorch_first_step_logit_diff"], d_r["fp32_max_step_drift"], d_r["pytorch_fp32_max_step_drift"]
+            ),
         )
         v = verdict(report)
         # every rank's own bytes and memory against its own model: the verdict is every rank's
