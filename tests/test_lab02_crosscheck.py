@@ -1,6 +1,7 @@
 """Lab 02's cross-check on real runs: two gloo processes train MiniGPT with Lab 01's DDP, the
 ZeRO-1 optimizer and FSDP2; bytes and model states per rank must agree with the ZeRO model, and
-every step with one process (logit drift <= 1e-5). One torchrun launch for all of it."""
+every step with one process (logit drift <= 1e-5). One torchrun launch for all of it, and one more
+for ``--sizes`` (when sharding pays: DDP and ZeRO-1/2/3 held against the model to the byte)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ def test_bad_input_exits_2_before_any_process_group():
     for args, message in [
         (["--steps", "0"], "--steps 0: zero; give a positive integer"),
         (["--variants", "ddp,zero9"], "unknown variant 'zero9'"),
+        (["--sizes", "96,100"], "--sizes 96,100: unknown size '100'; choose n_embd from 96, 192, 384"),
+        (["--sizes", "96", "--steps", "2"], "--steps 2 with --sizes"),
     ]:
         proc = subprocess.run(
             [sys.executable, "lab/02_crosscheck.py", *args],
@@ -165,3 +168,105 @@ print("ok")
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+# --- when sharding pays (--sizes) ----------------------------------------------------------------
+
+
+def expected_on_rank_0(n_embd: int) -> dict[str, dict]:
+    """What rank 0 of 2 must send per step and hold (end of forward, after the step) for each stage at
+    this width, from the ZeRO model's terms written out here: Ψ parameters of 4 + 4 + 8 bytes, AdamW's
+    4-byte step counter per tensor it updates, FSDP2's rows padded to a multiple of 2. Rank 0 holds
+    the first, longer half of everything, so its moments are the padded half too."""
+    from dataclasses import replace
+
+    from minigpt.fsdp.variants import fsdp2_unit_sizes
+    from minigpt.train import TrainConfig, build_model
+    from minigpt.zero import comm, memory
+
+    model = build_model(replace(TrainConfig(), n_embd=n_embd))
+    params = list(model.parameters())
+    psi, tensors = sum(p.numel() for p in params), len(params)
+    _, padded = fsdp2_unit_sizes(model, 2)
+    psi_p, root_p = sum(padded), padded[0]
+    ddp = memory.device_memory(psi, 2, 0, "fp32").device + 4 * tensors
+    # ZeRO-1: weights and gradients whole; rank 0's chunk of each flat buffer (matrices, vectors) is
+    # its first half, rounded up; one step counter per parameter that starts inside that half
+    held = pieces = 0
+    for group in ([p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2]):
+        half = -(-sum(p.numel() for p in group) // 2)
+        starts = [sum(q.numel() for q in group[:i]) for i in range(len(group))]
+        held += half
+        pieces += sum(start < half for start in starts)
+    zero1 = 8 * psi + 8 * held + 4 * pieces
+    # FSDP2: the shards (weights 2Ψp, gradients 2Ψp after backward), the moments of rank 0's half
+    # (4Ψp), the counters; at the end of forward no gradient yet, and the gathered units beside
+    shards_and_moments = 2 * psi_p + 4 * psi_p + 4 * tensors
+    zero3_bytes = sum(
+        c.bytes_sent for c in comm.unit_collectives(padded, 3, 2, 4, 4, [False] + [True] * (len(padded) - 1), False)
+    )
+    return {
+        "ddp": {"bytes": 4 * psi, "end_of_forward": ddp, "after_step": ddp},
+        "zero1": {"bytes": 4 * psi + tensors + 4, "end_of_forward": zero1, "after_step": zero1},
+        "fsdp2-no-reshard": {
+            "bytes": 4 * psi_p,  # each unit gathered once, reduce-scattered once: half of 2 x 4Ψp
+            "end_of_forward": shards_and_moments + 4 * psi_p,  # every unit gathered
+            "after_step": shards_and_moments + 2 * psi_p,
+        },
+        "fsdp2": {
+            "bytes": zero3_bytes,  # the blocks gathered again in backward, the root not
+            "end_of_forward": shards_and_moments + 4 * root_p,  # only the root stays gathered
+            "after_step": shards_and_moments + 2 * psi_p,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def sizes_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab02-sizes") / "sizes.json"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "lab/02_crosscheck.py",
+            "--sizes",
+            "96",
+            "--steps",
+            "3",
+            "--report",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=limit(240),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_sizes_every_stage_sends_and_holds_what_the_model_says(sizes_report):
+    data = sizes_report
+    assert list(data["sizes"]) == ["96"] and data["world_size"] == 2
+    stages = data["sizes"]["96"]["stages"]
+    assert {name: r["stage"] for name, r in stages.items()} == {"ddp": 0, "zero1": 1, "fsdp2-no-reshard": 2, "fsdp2": 3}
+    for name, want in expected_on_rank_0(96).items():
+        r = stages[name]
+        assert r["bytes_sent_per_step"] == want["bytes"], name
+        assert r["bytes_constant_over_steps"], name
+        for point in ("end_of_forward", "after_step"):
+            assert r["model_states"][point] == want[point], (name, point)
+    # rank 1 holds the shorter halves: it is held against its own prediction, to the byte
+    assert data["criterion_pass"] is True
+    assert all(all(per_size.values()) for rank in data["exact_per_rank"] for per_size in rank.values())
+    # what each stage shards, in the census by kind: ZeRO-2 holds every unit gathered at the end of
+    # forward, ZeRO-3 only the root; both hold no gradient then, and only shards after the step
+    kinds = {name: r["model_states_by_kind"] for name, r in stages.items()}
+    assert kinds["fsdp2-no-reshard"]["end_of_forward"]["gathered"] > 4 * kinds["fsdp2"]["end_of_forward"]["gathered"]
+    for name in ("fsdp2-no-reshard", "fsdp2"):
+        assert kinds[name]["end_of_forward"]["gradients"] == 0 and kinds[name]["after_step"]["gathered"] == 0
+    assert data["timed_steps"] == 1 and all(r["seconds_per_step"] > 0 for r in stages.values())

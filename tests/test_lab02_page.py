@@ -1,6 +1,7 @@
-"""The Lab 02 guide states measured numbers; each one is tied here to the committed measurement
+"""The Lab 02 guide states measured numbers; each one is tied here to the committed measurements
 (lab/results/02-crosscheck-cpu.json, written by ``torchrun --nproc_per_node=2
-lab/02_crosscheck.py --report ...``) or to the code that computes it."""
+lab/02_crosscheck.py --report ...``, and lab/results/02-sharding-pays-cpu.json, by the same script
+with ``--sizes 96,192,384``) or to the code that computes it."""
 
 from __future__ import annotations
 
@@ -127,3 +128,99 @@ def test_the_adam_surprise_is_measured(pages):
     low, high = f"{min(worst):.0e}".replace("e-0", "e-"), f"{max(worst):.0e}".replace("e-0", "e-")
     assert f"{low} to {high}" in pages["en"], (low, high)
     assert f"entre {low} y {high}" in pages["es"], (low, high)
+
+
+# --- when sharding pays (lab/02_crosscheck.py --sizes) ---------------------------------------------
+
+SHARDING = json.loads((ROOT / "lab" / "results" / "02-sharding-pays-cpu.json").read_text())
+THEORY = {
+    "en": ROOT / "theory" / "01-data-parallel-zero-fsdp.md",
+    "es": ROOT / "theory" / "01-data-parallel-zero-fsdp.es.md",
+}
+
+
+def test_the_sharding_measurement_is_the_model_to_the_byte():
+    """The committed run: every byte rank 0 sent and held, at each width and stage, is what the
+    ZeRO model's terms say (written out in tests/test_lab02_crosscheck.py), and rank 1 matched its own."""
+    from tests.test_lab02_crosscheck import expected_on_rank_0
+
+    assert SHARDING["criterion_pass"] is True and SHARDING["world_size"] == 2 and SHARDING["backend"] == "gloo"
+    assert list(SHARDING["sizes"]) == ["96", "192", "384"]
+    for width, entry in SHARDING["sizes"].items():
+        for name, want in expected_on_rank_0(int(width)).items():
+            r = entry["stages"][name]
+            assert r["bytes_sent_per_step"] == want["bytes"], (width, name)
+            assert r["model_states"]["end_of_forward"] == want["end_of_forward"], (width, name)
+            assert r["model_states"]["after_step"] == want["after_step"], (width, name)
+    assert all(all(per_size.values()) for rank in SHARDING["exact_per_rank"] for per_size in rank.values())
+
+
+def test_the_sharding_tables_are_rendered_from_the_measurement():
+    from minigpt.pages import lab02_sharding
+
+    for lang in ("en", "es"):
+        text = (ROOT / "lab" / "results" / f"02-sharding-pays-cpu-{lang}.txt").read_text()
+        assert text == lab02_sharding.fragment(SHARDING, lang)
+
+
+def test_the_decision_follows_the_theory_s_order_at_every_width():
+    """What the page and the theory page say the table shows: as the budget falls, DDP, then ZeRO-1,
+    ZeRO-2, ZeRO-3, then none, at every width; and the band edges are the stages' fuller census points."""
+    from minigpt.pages.lab02_sharding import decision_rows
+
+    for entry in SHARDING["sizes"].values():
+        bands = decision_rows(entry)
+        assert [name for _, _, name in bands] == ["ddp", "zero1", "fsdp2-no-reshard", "fsdp2", None]
+        stages = entry["stages"]
+        for low, _, name in bands[:-1]:
+            assert low == max(stages[name]["model_states"].values()), name
+        # "DDP, ZeRO-1 and ZeRO-2 send the same 4Ψ to within 0.02%"; ZeRO-2 a little more than ZeRO-1
+        ddp = stages["ddp"]["bytes_sent_per_step"]
+        for name in ("zero1", "fsdp2-no-reshard"):
+            assert 0 < stages[name]["bytes_sent_per_step"] - ddp < 2e-4 * ddp, name
+        assert stages["fsdp2-no-reshard"]["bytes_sent_per_step"] > stages["zero1"]["bytes_sent_per_step"]
+
+
+def sharding_numbers(lang: str) -> list[str]:
+    """The numbers the prose of "When sharding pays" states, written the page's way."""
+    from minigpt.pages.lab01_links import PAPER_LINKS
+
+    links = json.loads((ROOT / "lab" / "results" / "01-links-cpu.json").read_text())
+    s = {width: entry["stages"] for width, entry in SHARDING["sizes"].items()}
+    extra = s["384"]["fsdp2"]["bytes_sent_per_step"] - s["384"]["fsdp2-no-reshard"]["bytes_sent_per_step"]
+    gap = s["384"]["fsdp2"]["seconds_per_step"] - s["384"]["fsdp2-no-reshard"]["seconds_per_step"]
+    out = [
+        num(extra, lang),
+        num(extra / links["link_both_ways"]["beta"] * 1e3, lang, 1) + " ms",
+        num(gap * 1e3, lang, 1) + " ms",
+        *sorted({num(extra / beta * 1e3, lang, 2) + " ms" for _, _, beta in PAPER_LINKS}),  # Lab 01's nominal links
+    ]
+    for width in ("96", "384"):
+        out.append(num(s[width]["fsdp2"]["bytes_sent_per_step"] / s[width]["ddp"]["bytes_sent_per_step"], lang, 2))
+        out.append(pct(1 - s[width]["fsdp2"]["peak_all_tensors"] / s[width]["ddp"]["peak_all_tensors"], lang, 0))
+    return out
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_every_number_of_when_sharding_pays_is_measured(pages, lang):
+    section = pages[lang][pages[lang].index("{ #sharding-pays }") : pages[lang].index("{ #cli }")]
+    flat = " ".join(section.split())
+    missing = [x for x in sharding_numbers(lang) if x not in flat]
+    assert not missing, f"{lang}: these measured numbers are not in the section: {missing}"
+    # what the prose says of the seconds: ZeRO-1 a little faster than DDP, FSDP2's two runs the slowest
+    for entry in SHARDING["sizes"].values():
+        t = {name: r["seconds_per_step"] for name, r in entry["stages"].items()}
+        assert t["zero1"] < t["ddp"] < min(t["fsdp2-no-reshard"], t["fsdp2"]), t
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_the_theory_s_decision_points_to_the_measurement(lang):
+    text = THEORY[lang].read_text(encoding="utf-8")
+    section = " ".join(text[text.index("{ #decision }") : text.index("{ #check-yourself }")].split())
+    assert "#sharding-pays" in section
+    ratios = [
+        r["stages"]["fsdp2"]["bytes_sent_per_step"] / r["stages"]["ddp"]["bytes_sent_per_step"]
+        for r in SHARDING["sizes"].values()
+    ]
+    low, high = num(min(ratios), lang, 2), num(max(ratios), lang, 2)
+    assert (f"{low} to {high}" if lang == "en" else f"entre {low} y {high}") in section

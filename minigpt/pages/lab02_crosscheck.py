@@ -95,4 +95,12 @@ def fragment(report: dict, lang: str) -> str:
 
 
 def render_files(json_path: str) -> list[Path]:
+    """The tables of a report of ``lab/02_crosscheck.py``: the check's, or those of ``--sizes``
+    (:mod:`minigpt.pages.lab02_sharding`)."""
+    import json
+
+    if "sizes" in json.loads(Path(json_path).read_text(encoding="utf-8")):
+        from minigpt.pages import lab02_sharding
+
+        return write_tables(json_path, lab02_sharding.fragment)
     return write_tables(json_path, fragment)

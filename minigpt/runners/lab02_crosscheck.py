@@ -19,11 +19,17 @@ each measurement it prints what :mod:`minigpt.zero` predicts for the same Ψ and
 every step against one process, with Lab 01's rule: the state before the step, loaded into a
 single-process MiniGPT + AdamW that takes the same step on the whole batch, must give logits
 within 1e-5.
+
+``--sizes 96,192,384`` measures instead when sharding pays: at each width (n_embd) DDP, ZeRO-1, ZeRO-2
+(FSDP2 with ``reshard_after_forward=False``) and ZeRO-3 (FSDP2) train side by side, interleaved;
+each rank's bytes and model states at three points of a step are held against
+:mod:`minigpt.zero.exact` to the byte, beside the peak of all tensors and the median seconds per step.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from dataclasses import dataclass, field, replace
 
@@ -85,9 +91,12 @@ def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
     # the mesh on this rank's device: without one, FSDP2 takes the machine's accelerator, a GPU
     # even for a run that the device decision put on the CPU
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    # FSDP2's default reshards every block after forward, never the root (backward needs it first);
+    # "fsdp2-no-reshard" keeps every unit gathered from its forward to its backward: ZeRO-2
+    options = {"reshard_after_forward": False} if name == "fsdp2-no-reshard" else {}
     for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
     return Run(name, model, model, build_optimizer(model, cfg))
 
 
@@ -289,6 +298,136 @@ def summarize(run: Run, psi: int, ctx: launch.DistContext) -> dict:
     }
 
 
+# --- when sharding pays: every stage at several widths (--sizes) ------------------------------
+
+SIZES = (96, 192, 384)  # n_embd: MiniGPT's own, twice and four times as wide (Ψ grows about 4x each)
+STAGE_RUNS = {"ddp": 0, "zero1": 1, "fsdp2-no-reshard": 2, "fsdp2": 3}  # the run that stands for each stage
+TIMING_FROM = 2  # step 0 makes the optimizer state, step 1 is measured (census, peak); the rest are timed
+
+
+class StageRun:
+    """One stage's run at one width, measured as it trains: the bytes of every step, the census of
+    its model states at three points of step 1 (:data:`minigpt.zero.exact.POINTS`), the peak of every
+    tensor that step allocates, and the seconds of each later step (no profiler, no census)."""
+
+    def __init__(self, name: str, cfg: TrainConfig, ctx: launch.DistContext):
+        from minigpt.fsdp.practice import CollectiveCounter
+
+        self.cfg, self.ctx, self.counter_class = cfg, ctx, CollectiveCounter
+        self.run = run = build(name, cfg, ctx)
+        self.census: dict[str, dict] = {}
+        self.censusing = False
+        self.seconds: list[float] = []
+        self.peak_allocated = 0
+        run.model.register_forward_hook(lambda *_: self._take("end_of_forward"))
+        run.optimizer.register_step_post_hook(lambda *_: self._take("after_step"))
+
+    def _take(self, point: str) -> None:
+        if self.censusing:
+            self.census[point] = census(self.run)
+
+    def step(self, step: int) -> None:
+        from minigpt.fsdp.memory import PeakMemory
+
+        run, ctx = self.run, self.ctx
+        reset_bytes(run)
+        with self.counter_class() as counter:
+            if step == TIMING_FROM - 1:
+                self.censusing = True
+                self._take("start")
+                with PeakMemory(ctx.device) as peak:
+                    train_step(run.wrapped, run.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
+                self.censusing = False
+                self.peak_allocated = peak.peak_bytes
+            else:
+                t0 = time.perf_counter()
+                train_step(run.wrapped, run.optimizer, step, self.cfg, ctx.rank, ctx.world_size)
+                if step >= TIMING_FROM:
+                    self.seconds.append(time.perf_counter() - t0)
+        run.sent_per_step.append(bytes_sent(run, counter))
+
+    def summary(self, predicted: dict) -> dict:
+        import statistics
+
+        from minigpt.zero.exact import POINTS
+
+        sent = self.run.sent_per_step
+        held = {point: self.census[point]["total"] for point in POINTS}
+        constant = len(set(sent)) == 1
+        return {
+            "stage": STAGE_RUNS[self.run.name],
+            "prediction": predicted,
+            "bytes_sent_per_step": sent[-1],
+            "bytes_constant_over_steps": constant,
+            "model_states": held,
+            "model_states_by_kind": self.census,
+            "exact": constant and sent[-1] == predicted["bytes"] and all(held[p] == predicted[p] for p in POINTS),
+            # what the step allocates on top of what it starts with: activations, gathered weights, ...
+            "peak_all_tensors": held["start"] + self.peak_allocated,
+            "seconds_per_step": statistics.median(self.seconds),
+            "seconds_each_step": self.seconds,
+        }
+
+
+def exact_prediction(name: str, cfg: TrainConfig, world_size: int, rank: int) -> dict:
+    """:func:`minigpt.zero.exact.per_rank` for MiniGPT at ``cfg``'s width: its parameters' shapes,
+    and which FSDP2 unit each is in (0 the root, then the blocks)."""
+    from minigpt.zero import exact
+
+    model = build_model(cfg)
+    unit_of = {id(p): i + 1 for i, block in enumerate(model.blocks) for p in block.parameters()}
+    params = list(model.parameters())
+    shapes = [tuple(p.shape) for p in params]
+    return exact.per_rank(STAGE_RUNS[name], shapes, [unit_of.get(id(p), 0) for p in params], world_size, rank)
+
+
+def sharding_pays(sizes: list[int], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    """Each width in turn: the four runs built side by side and trained ``--steps`` steps interleaved
+    (step s of every run, in an order that rotates, then step s + 1), so that a slow moment of the
+    machine falls on every run alike. No proofs: the default check holds these runs against one
+    process at MiniGPT's width; here every byte is held against :mod:`minigpt.zero.exact`."""
+    t_start = time.perf_counter()
+    names = list(STAGE_RUNS)
+    results = {}
+    for n_embd in sizes:
+        c = replace(cfg, n_embd=n_embd)
+        runs = {name: StageRun(name, c, ctx) for name in names}
+        for step in range(args.steps):
+            for name in names[step % len(names) :] + names[: step % len(names)]:
+                runs[name].step(step)
+        stages = {name: r.summary(exact_prediction(name, c, ctx.world_size, ctx.rank)) for name, r in runs.items()}
+        del runs  # no FSDP2 module may outlive the process group (their hooks hold them in cycles)
+        gc.collect()
+        results[str(n_embd)] = {"n_embd": n_embd, "params": build_model(c).num_params(), "stages": stages}
+        launch.log(
+            ctx,
+            f"n_embd {n_embd}: "
+            + ", ".join(f"{k} {v['seconds_per_step'] * 1e3:.0f} ms/step" for k, v in stages.items())
+            + ("" if all(v["exact"] for v in stages.values()) else "; NOT the model's bytes"),
+        )
+    every = [None] * ctx.world_size  # each rank's own census, held against its own prediction
+    dist.all_gather_object(every, {d: {k: v["exact"] for k, v in r["stages"].items()} for d, r in results.items()})
+    report = {
+        "mode": "sharding-pays",
+        "world_size": ctx.world_size,
+        "steps": args.steps,
+        "timed_steps": args.steps - TIMING_FROM,
+        "seed": args.seed,
+        "variants": names,
+        "sizes": results,
+        "exact_per_rank": every,
+        "criterion": "on every rank, every byte sent and held equals minigpt.zero.exact's prediction",
+        "criterion_pass": all(all(r.values()) for rank in every for r in rank.values()),
+    }
+    return entry.finish(report, args, ctx, sharding_lines, t_start)
+
+
+def sharding_lines(report: dict) -> list[str]:
+    from minigpt.pages.lab02_sharding import console_table
+
+    return console_table(report).splitlines()
+
+
 # --- the command line --------------------------------------------------------------------------
 
 
@@ -313,13 +452,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
     p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
     p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    p.add_argument(
+        "--sizes",
+        metavar="LIST",
+        help=f"instead of the check: DDP and ZeRO-1/2/3 at these widths (n_embd, a comma list of "
+        f"{', '.join(map(str, SIZES))}), bytes and memory against the model, seconds per step "
+        f"(at least {TIMING_FROM + 1} --steps)",
+    )
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
-def check_args(args: argparse.Namespace) -> list[str]:
-    """The variants, or ValueError naming the value that cannot work (the numbers were checked by
-    their rules when parsed; the launcher's environment and the world size here, before any group)."""
+def check_sizes(args: argparse.Namespace) -> list[int]:
+    """``--sizes``: the widths, or :class:`minigpt.cli.BadInput` naming the value and what is valid."""
+    valid = ", ".join(map(str, SIZES))
+    words = [w.strip() for w in args.sizes.split(",") if w.strip()]
+    if not words:
+        raise cli.BadInput(f"--sizes {args.sizes!r}: empty; give a comma list of n_embd from {valid}")
+    for w in words:
+        if w not in map(str, SIZES):
+            raise cli.BadInput(f"--sizes {args.sizes}: unknown size {w!r}; choose n_embd from {valid}")
+    if len(set(words)) != len(words):
+        raise cli.BadInput(f"--sizes {args.sizes}: a size is given twice; give each of {valid} at most once")
+    if args.variants != ",".join(VARIANTS):
+        raise cli.BadInput(f"--variants {args.variants} with --sizes: --sizes runs {', '.join(STAGE_RUNS)}; drop one")
+    if args.steps <= TIMING_FROM:
+        raise cli.BadInput(
+            f"--steps {args.steps} with --sizes: one step makes the optimizer state, one is measured, "
+            f"the rest are timed; give at least {TIMING_FROM + 1}"
+        )
+    return [int(w) for w in words]
+
+
+def check_args(args: argparse.Namespace) -> list:
+    """The variants (or, with ``--sizes``, the widths), or ValueError naming the value that cannot
+    work (the numbers were checked by their rules when parsed; the launcher's environment and the
+    world size here, before any group)."""
+    if args.sizes is not None:
+        _, _, world_size = launch.torchrun_env()
+        cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
+        if args.report:
+            cli.output_file(args.report, "--report")
+        return check_sizes(args)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         if v not in VARIANTS:
@@ -432,7 +606,7 @@ LAB = entry.Lab(
     PROG,
     parse_args,
     check_settings,
-    lambda settings, args, ctx: measure(settings[0], settings[1], args, ctx),
+    lambda settings, args, ctx: (sharding_pays if args.sizes else measure)(settings[0], settings[1], args, ctx),
     "minigpt.pages.lab02_crosscheck:render_files",
     ("variants", "world_size"),
     "lab/results/02-crosscheck-cpu.json",
