@@ -195,6 +195,8 @@ results-01-checks: $(STAMP)
 results-02: $(STAMP)
 	$(TORCHRUN) lab/02_crosscheck.py --report $(RESULTS)/02-crosscheck-cpu.json
 	$(PY) lab/02_crosscheck.py --render $(RESULTS)/02-crosscheck-cpu.json
+	$(TORCHRUN) lab/02_crosscheck.py --sizes 96,192,384 --steps 10 --report $(RESULTS)/02-sharding-pays-cpu.json
+	$(PY) lab/02_crosscheck.py --render $(RESULTS)/02-sharding-pays-cpu.json
 
 results-03: $(STAMP)
 	$(TORCHRUN) lab/03_fsdp_prefetch.py --quiet --report $(RESULTS)/03-prefetch-cpu.json
@@ -238,3 +240,5 @@ results-07: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node=16 lab/07_nd_parallel.py --check --quiet \
 		--dp-replicate 2 --dp-shard 2 --cp 2 --tp 2 --report $(RESULTS)/07-nd-parallel-4d-cpu.json
 	$(PY) lab/07_nd_parallel.py --render $(RESULTS)/07-nd-parallel-4d-cpu.json
+	$(TORCHRUN8) lab/07_nd_parallel.py --check --quiet --pp 2 --report $(RESULTS)/07-nd-parallel-pp-cpu.json
+	$(PY) lab/07_nd_parallel.py --render $(RESULTS)/07-nd-parallel-pp-cpu.json

@@ -40,6 +40,7 @@ LAUNCHES = {
     "ring_check": "tests.test_lab05_scripts:submit",
     "fsdp_mistake_check": "tests.test_lab04_reference:submit_mistake",
     "lab07_check": "tests.test_lab07_script:submit",
+    "lab07_pp_check": "tests.test_lab07_script:submit_pipeline",
     "mesh_check": "tests.test_lab06_mesh_script:submit",
 }
 FIXTURES = {"reference_graded", "stubs_graded", "graded", "executed", *LAUNCHES}

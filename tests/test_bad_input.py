@@ -303,6 +303,27 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2"},
         ["dp_shard 2 x cp 1 x tp 2 = 4 ranks per replica", "LOCAL_WORLD_SIZE"],
     ),
+    (ND7, ["--pp", "3"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--pp 3", "divisor of 8"]),
+    (ND7, ["--pp", "8"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--pp 8", "4 blocks"]),
+    (
+        ND7,
+        ["--pp", "2", "--dp-replicate", "1", "--dp-shard", "2", "--cp", "1", "--tp", "2"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"},
+        ["--pp 2", "--dp-shard 1 --cp 1"],
+    ),
+    (
+        ND7,
+        ["--pp", "2", "--micro-batches", "5"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"},
+        ["--micro-batches 5", "64 / 2 rows"],
+    ),
+    (
+        ND7,
+        ["--pp", "2"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "1"},
+        ["--tp 2", "1 ranks of a node"],
+    ),
+    (ND7, ["--micro-batches", "4"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--micro-batches 4", "--pp"]),
 ]
 
 # the device decision (minigpt.parallel.launch.place): a request no machine here can meet, on any

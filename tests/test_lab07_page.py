@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "lab" / "results"
 REPORT = "07-nd-parallel-cpu.json"
 FOUR_D = "07-nd-parallel-4d-cpu.json"  # every degree 2, 16 ranks (make results-07)
+PIPELINE = "07-nd-parallel-pp-cpu.json"  # --pp 2: pp 2 x dp 2 x tp 2 on 8 ranks (make results-07)
 PAGES = {"en": ROOT / "lab" / "07-nd-parallel.md", "es": ROOT / "lab" / "07-nd-parallel.es.md"}
 LAYOUTS = {"2 x 2 x 1 x 2": (2, 2, 1, 2), "1 x 2 x 2 x 2": (1, 2, 2, 2)}
 
@@ -151,7 +152,29 @@ def test_the_figure_s_groups_are_the_coordinates():
     assert second["cp"] == [[0, 2], [1, 3], [4, 6], [5, 7]] and second["dp_shard_cp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
 
-@pytest.mark.parametrize("name", [REPORT, FOUR_D])
+def test_the_pipeline_dimension_holds_and_the_page_counts_its_bytes():
+    """Section 3, "A pipeline dimension": the committed --pp 2 run passes, rank 0's bytes and model
+    states are the count by hand, and the page's arithmetic of the pp bytes is MiniGPT's."""
+    from tests.test_lab07_script import pipeline_by_hand
+
+    r = json.loads((RESULTS / PIPELINE).read_text())
+    assert r["criterion_pass"] and r["world_size"] == 8 and r["same_as_pytorch"] is None
+    layout = r["layouts"]["pp 2 x dp 2 x tp 2"]
+    expected, states = pipeline_by_hand()
+    assert layout["bytes_per_dim"] == layout["bytes_model_per_dim"] == expected
+    assert layout["memory_per_rank"]["measured"] == states and layout["memory_per_rank"]["every_rank_equal_model"]
+    cfg = TrainConfig()
+    rows, vocab = cfg.batch_size // 2, GPTConfig().vocab_size
+    activations, tied = rows * cfg.block_size * cfg.n_embd * 4, vocab * cfg.n_embd * 4
+    assert activations + tied + 8 == expected["pp"] and 8 * activations + 8 == expected["tp"]
+    for lang, sep in (("en", ","), ("es", " ")):
+        text = PAGES[lang].read_text(encoding="utf-8")
+        assert f"{rows} × {cfg.block_size} × {cfg.n_embd} × 4 = {activations:,}".replace(",", sep) in text, lang
+        assert f"{vocab} × {cfg.n_embd} × 4 = {tied:,}".replace(",", sep) in text, lang
+        assert f"lab/results/07-nd-parallel-pp-cpu-{lang}.txt:layouts" in text, lang
+
+
+@pytest.mark.parametrize("name", [REPORT, FOUR_D, PIPELINE])
 def test_the_fragments_are_the_report_rendered(tmp_path, name):
     copy = tmp_path / name
     shutil.copy(RESULTS / name, copy)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from minigpt.model import GPTConfig, MiniGPT
 from minigpt.parallel import proof
 from minigpt.train import TrainConfig
 from tests import background
+from tests.launcher import ROOT
 from tests.limits import limit
 from tests.test_lab06_mesh_script import two_nodes
 
@@ -128,3 +131,64 @@ def test_the_bytes_of_every_dimension_are_the_count_by_hand(lab07_check, layout)
     states = 16 * elements // (S * C) + 4 * sum(len(unit) for unit in units)
     memory = found["memory_per_rank"]
     assert memory["measured"] == memory["model"] == states and set(memory["every_rank"]) == {states}, memory
+
+
+# ----------------------------------------------------------------------------------------------
+# the pipeline dimension: pp 2 x dp 2 x tp 2 on 8 ranks
+
+
+def check_pipeline(folder: Path) -> dict:
+    """``--pp 2`` on 8 ranks (pp 2 x dp 2 x tp 2), 2 steps: on the suite's second lane."""
+    path = folder / "lab07-pp.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
+    command += ["lab/07_nd_parallel.py", "--check", "--pp", "2", "--steps", "2", "--quiet", "--report", str(path)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=limit(400))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(path.read_text())
+
+
+def submit_pipeline(config: pytest.Config) -> Future:
+    return background.launch(config, "lab07_pp_check", "lab07 --pp 2 on 8 ranks", check_pipeline)
+
+
+@pytest.fixture(scope="module")
+def lab07_pp_check(request) -> dict:
+    return submit_pipeline(request.config).result(timeout=limit(900))
+
+
+def pipeline_by_hand() -> tuple[dict[str, int], int]:
+    """Rank 0 of pp 2 x dp 2 x tp 2 (stage 0: the embeddings and blocks 0 and 1, cut over tp 2): its
+    bytes along each dimension in one float32 step, and its model states after the step."""
+    cfg = TrainConfig()
+    C, T, V, rows = cfg.n_embd, cfg.block_size, GPTConfig().vocab_size, cfg.batch_size // 2
+    activations = rows * T * C * 4
+    shapes = [(V, C), (T, C)] + [s for block in tp_local_units(2)[1:3] for s in block]
+    elements = sum(math.prod(s) for s in shapes)
+    bytes_ = {
+        "pp": activations + V * C * 4 + 8,  # activations down, the tied matrix's half, the norm's 2 numbers
+        "dp": 4 * (elements + elements % 2),  # the all-reduce of every gradient, padded to 2
+        "tp": 4 * 2 * activations + 8,  # 4 all-reduces a block, 2 blocks; the norm's squares
+    }
+    return bytes_, 16 * elements + 4 * len(shapes)  # weights, gradients, AdamW's 2 moments; a counter each
+
+
+def test_the_pipeline_dimension_passes_the_rulers_with_bytes_counted_by_hand(lab07_pp_check):
+    """pp 2 x dp 2 x tp 2: Lab 06's stages with Lab 05's TP blocks, the replicas averaging. Rank 0 is
+    stage 0 (the embeddings and blocks 0 and 1, cut over tp 2): its bytes along each dimension from
+    MiniGPT's shapes, the batch and the ring factor of 2 ranks (each all-reduce sends its buffer once)."""
+    r = lab07_pp_check
+    assert r["criterion_pass"] and set(proof.REPORT_KEYS) <= set(r), r.get("broken_rulers")
+    assert r["fp64_max_step_drift"] <= 1e-12 and r["fp32_first_step_grad_diff"] <= 1e-5, r
+    assert r["same_as_pytorch"] is None and "pipelining" in r["pytorch_impl_reason"], r["pytorch_impl_reason"]
+    layout = r["layouts"]["pp 2 x dp 2 x tp 2"]
+    assert layout["groups"] == {
+        "pp": [[0, 4], [1, 5], [2, 6], [3, 7]],
+        "dp": [[0, 2], [1, 3], [4, 6], [5, 7]],
+        "tp": [[0, 1], [2, 3], [4, 5], [6, 7]],
+    }
+    expected, states = pipeline_by_hand()
+    assert layout["bytes_per_dim"] == layout["bytes_model_per_dim"] == expected, (layout["bytes_per_dim"], expected)
+    assert layout["bytes_every_rank_equal_model"] and layout["bytes_constant_over_steps"], layout
+    memory = layout["memory_per_rank"]
+    assert memory["measured"] == memory["model"] == states, memory
+    assert memory["every_rank_equal_model"] and layout["ranks_bit_identical"], layout

@@ -55,7 +55,7 @@ def layouts(r: dict, lang: str) -> str:
     rows = []
     for name, layout in r["layouts"].items():
         sent, want = layout["bytes_per_dim"], layout["bytes_model_per_dim"]
-        for dim in DIMS:
+        for dim in sent:
             rows.append(
                 [
                     f"{name}: `{dim}`, "
@@ -66,6 +66,12 @@ def layouts(r: dict, lang: str) -> str:
                 ]
             )
         memory = layout["memory_per_rank"]
+        if "every_rank" in memory:
+            every = tr(lang, f"all {len(memory['every_rank'])} ranks", f"los {len(memory['every_rank'])} ranks")
+            holds = all(m == memory["model"] for m in memory["every_rank"])
+        else:  # a pipeline: each rank its own stage's model
+            every = tr(lang, "rank 0; every rank its stage's", "rank 0; cada rank el de su etapa")
+            holds = memory["every_rank_equal_model"]
         rows.append(
             [
                 f"{name}: "
@@ -73,14 +79,26 @@ def layouts(r: dict, lang: str) -> str:
                     lang, "model-state bytes per rank after a step", "bytes de estados del modelo por rank tras un paso"
                 ),
                 num(memory["measured"], lang),
-                tr(
-                    lang,
-                    f"{model}: {num(memory['model'], lang)}, all {len(memory['every_rank'])} ranks",
-                    f"{model}: {num(memory['model'], lang)}, los {len(memory['every_rank'])} ranks",
-                ),
-                yes(all(m == memory["model"] for m in memory["every_rank"]), lang),
+                f"{model}: {num(memory['model'], lang)}, {every}",
+                yes(holds, lang),
             ]
         )
+        rulers_ = layout["rulers"]
+        if "whole_from_pieces" not in layout:  # a pipeline: no FSDP pieces, no PyTorch composition
+            rows.append(
+                [
+                    f"{name}: "
+                    + tr(
+                        lang,
+                        "same stage and tp coordinate, same bits (and both copies of the tied matrix)",
+                        "misma etapa y coordenada tp, mismos bits (y las dos copias de la matriz atada)",
+                    ),
+                    yes(layout["ranks_bit_identical"], lang),
+                    tr(lang, "every rank", "cada rank"),
+                    yes(layout["ranks_bit_identical"], lang),
+                ]
+            )
+            continue
         pieces = layout["whole_from_pieces"]
         rows.append(
             [
@@ -95,7 +113,6 @@ def layouts(r: dict, lang: str) -> str:
                 yes(pieces["bit_identical_every_rank"], lang),
             ]
         )
-        rulers_ = layout["rulers"]
         rows.append(
             [
                 f"{name}: "

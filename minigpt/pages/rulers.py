@@ -202,6 +202,14 @@ LAYOUT_WORDS: dict[str, tuple[str, str]] = {
         "ranks of the same tp coordinate bit-identical, TP-whole tensors on every rank",
         "ranks de la misma coordenada tp idénticos bit a bit, tensores enteros en TP en cada rank",
     ),
+    "memory_per_stage": (
+        "model states per rank after a step = its stage's model, every rank",
+        "estados del modelo por rank tras un paso = el modelo de su etapa, en cada rank",
+    ),
+    "stages_bit_identical": (
+        "ranks of the same stage and tp coordinate bit-identical, both copies of the tied matrix too",
+        "ranks de la misma etapa y coordenada tp idénticos bit a bit, también las dos copias de la matriz atada",
+    ),
     "whole_from_pieces": (
         "every sharded parameter joined from every rank's pieces (Exercise 7.3) = the gathered state",
         "cada parámetro fragmentado unido a partir de los trozos de cada rank (ejercicio 7.3) = el estado reunido",

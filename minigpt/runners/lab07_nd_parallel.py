@@ -28,7 +28,7 @@ import torch.distributed as dist
 from minigpt import cli, grammar, impl
 from minigpt.parallel import equivalence, launch, proof
 from minigpt.parallel.fsdp_by_hand.record import Recorder
-from minigpt.parallel.mesh import compose, torchrun_layout
+from minigpt.parallel.mesh import compose, pp, torchrun_layout
 from minigpt.parallel.mesh.nd import DIMS, NDMesh, check_degrees
 from minigpt.parallel.mesh.nd_model import bytes_model_per_dim, model_states_model
 from minigpt.parallel.ring import ByteCounter
@@ -43,7 +43,9 @@ LAYOUTS = {  # the lab's two layouts, when no degree is given
 }
 
 
-def name_of(mesh: NDMesh) -> str:
+def name_of(mesh: NDMesh | pp.PPMesh) -> str:
+    if isinstance(mesh, pp.PPMesh):
+        return mesh.describe().split(" = ")[0]
     return " x ".join(str(s) for s in mesh.shape)
 
 
@@ -350,10 +352,10 @@ def against_pytorch(
     }
 
 
-def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
-    groups = compose.build_groups(mesh, ctx.rank)
+def prove(build, cfg: TrainConfig, name: str, args: argparse.Namespace, ctx: launch.DistContext):
+    """One layout's system trained against its twin, with the harness's rulers under ``--check``:
+    ``(system, run, proof)``."""
     check = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run")
-    build = lambda c: NDSystem(c, mesh, groups, not args.drop_cp_factor, ctx.device)  # noqa: E731
     if args.check:
         check.first_step(build, cfg, ctx)
         check.float64(build, cfg, ctx, args.fp64_steps)
@@ -361,12 +363,20 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
 
     def on_step(step: int, loss: float, run: proof.DriftRun) -> None:
         if ctx.is_main and not args.quiet:
-            launch.log(ctx, f"{name_of(mesh)} step {step + 1}/{cfg.steps}: loss {loss:.4f}")
+            launch.log(ctx, f"{name} step {step + 1}/{cfg.steps}: loss {loss:.4f}")
 
     run = proof.run_with_twin(system, cfg, ctx, twin_norm="run", on_step=on_step, check=args.check)
-    theirs = {}
     if args.check:
         check.float32(run)
+    return system, run, check
+
+
+def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    groups = compose.build_groups(mesh, ctx.rank)
+    build = lambda c: NDSystem(c, mesh, groups, not args.drop_cp_factor, ctx.device)  # noqa: E731
+    system, run, check = prove(build, cfg, name_of(mesh), args, ctx)
+    theirs = {}
+    if args.check:
         theirs = against_pytorch(cfg, mesh, groups, ctx, not args.drop_cp_factor)
         check.report.update(theirs)
     digests = [None] * ctx.world_size
@@ -408,6 +418,58 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
     }
 
 
+def run_pp_layout(cfg: TrainConfig, mesh: pp.PPMesh, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
+    """``pp x dp x tp`` (:mod:`minigpt.parallel.mesh.pp`) against one process with the harness's
+    rulers, its bytes per dimension and model states against the model on every rank. PyTorch's own
+    composition of ``torch.distributed.pipelining`` with tensor parallelism is not run here."""
+    groups = pp.build_groups(mesh, ctx.rank)
+
+    def build(c: TrainConfig) -> pp.PPSystem:
+        return pp.PPSystem(c, mesh, groups, args.schedule, args.micro_batches, ctx.device, ctx.timeout_s)
+
+    system, run, check = prove(build, cfg, name_of(mesh), args, ctx)
+    if args.check:
+        check.report.update(pytorch_impl=None, pytorch_impl_reason=PYTORCH_PP_REASON)
+    stage = system.coords["pp"]
+    model = pp.pp_bytes_model(cfg, mesh, stage, system.local_shapes())
+    states = pp.pp_states_model(system.local_shapes())
+    every_rank: list = [None] * ctx.world_size
+    dist.all_gather_object(
+        every_rank,
+        (system.coords, system.sent[-1] == model, system.census["total"] == states, system.digests()),
+    )
+    same_stage: dict = {}
+    for coords, *_, digests in every_rank:
+        same_stage.setdefault((coords["pp"], coords["tp"]), set()).add(digests["stage"])
+    tied = {d["tied"] for *_, d in every_rank if d["tied"] is not None}
+    return {
+        "mesh": mesh.degrees(),
+        "groups": {d: [list(g) for g in mesh.groups(d)] for d in pp.PP_DIMS},
+        "schedule": args.schedule,
+        "micro_batches": args.micro_batches,
+        "final_loss": run.losses[-1],
+        "bytes_per_dim": system.sent[-1],
+        "bytes_model_per_dim": model,
+        "bytes_every_rank_equal_model": all(same for _, same, _, _ in every_rank),
+        "memory_per_rank": {
+            "measured": system.census["total"],
+            "model": states,
+            "every_rank_equal_model": all(held for _, _, held, _ in every_rank),
+            "census": system.census,
+        },
+        "bytes_constant_over_steps": all(s == system.sent[0] for s in system.sent),
+        "ranks_bit_identical": all(len(d) == 1 for d in same_stage.values()) and len(tied) <= 1,
+        "step_drift": run.summary() if args.check else None,
+        "rulers": check.report,
+    }
+
+
+PYTORCH_PP_REASON = (
+    "PyTorch's pipeline schedules (torch.distributed.pipelining) beside its tensor parallelism and "
+    "replicas are not run by this lab: Lab 06 holds our schedules to PyTorch's, Lab 05 our TP"
+)
+
+
 # ----------------------------------------------------------------------------------------------
 # The command line
 
@@ -423,6 +485,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     p.add_argument("--steps", type=cli.POSITIVE_INT, default=DEFAULT_STEPS, help="training steps of each layout")
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and the batches")
+    p.add_argument(
+        "--pp",
+        type=cli.POSITIVE_INT,
+        default=1,
+        help="pipeline stages: 2 or more runs pp x dp_replicate x tp (Lab 06's schedules, Lab 05's TP blocks)",
+    )
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default=None, help="--pp: the schedule (default 1f1b)")
+    p.add_argument(
+        "--micro-batches", type=cli.POSITIVE_INT, default=None, help="--pp: micro-batches per step (default 4)"
+    )
     entry.add_check_flags(p)
     entry.add_run_flags(p)
     p.add_argument(
@@ -442,6 +514,12 @@ def check_args(args: argparse.Namespace, world_size: int, local_world_size: int)
     if given and len(given) != len(DIMS):
         missing = ", ".join(f"--{d.replace('_', '-')}" for d in DIMS if d not in given)
         raise ValueError(f"give all four degrees or none: {missing} missing")
+    if args.pp > 1:
+        return cfg, [pipeline_mesh(args, given, world_size, local_world_size, cfg)]
+    for flag in ("schedule", "micro_batches"):
+        if getattr(args, flag) is not None:
+            name = flag.replace("_", "-")
+            raise ValueError(f"--{name} {getattr(args, flag)}: it sets the pipeline of --pp; add --pp 2 or more")
     layouts = [given] if given else list(LAYOUTS.values())
     meshes = [
         check_degrees(
@@ -455,6 +533,28 @@ def check_args(args: argparse.Namespace, world_size: int, local_world_size: int)
         for degrees in layouts
     ]
     return cfg, meshes
+
+
+def pipeline_mesh(
+    args: argparse.Namespace, given: dict, world_size: int, local_world_size: int, cfg: TrainConfig
+) -> pp.PPMesh:
+    """``--pp``'s mesh: the four degrees given, or tp 2 and the replicas that fill the world; a TP
+    group inside a node, as in the other layouts."""
+    args.schedule, args.micro_batches = args.schedule or "1f1b", args.micro_batches or 4
+    if args.drop_cp_factor:
+        raise ValueError("--drop-cp-factor is about context parallelism, which --pp does not run; leave it out")
+    if not given:
+        tp = 2 if world_size % (2 * args.pp) == 0 else 1
+        if world_size % (args.pp * tp):
+            raise ValueError(f"--pp {args.pp} does not divide the {world_size} ranks; give a divisor of {world_size}")
+        given = {"dp_replicate": world_size // (args.pp * tp), "tp": tp}
+    mesh = pp.check_pp_degrees(world_size, {**given, "pp": args.pp}, cfg, args.micro_batches)
+    if local_world_size % mesh.tp:
+        raise ValueError(
+            f"--tp {mesh.tp} does not divide the {local_world_size} ranks of a node (LOCAL_WORLD_SIZE): a "
+            f"tensor-parallel group would cross nodes; use a tp dividing {local_world_size}"
+        )
+    return mesh
 
 
 def peak_rss_kb() -> int | None:
@@ -478,7 +578,8 @@ def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ct
     )
     layouts = {}
     for mesh in meshes:
-        layouts[name_of(mesh)] = run_layout(cfg, mesh, args, ctx)
+        run = run_pp_layout if isinstance(mesh, pp.PPMesh) else run_layout
+        layouts[name_of(mesh)] = run(cfg, mesh, args, ctx)
     first = next(iter(layouts.values()))
     peaks: list = [None] * ctx.world_size
     dist.all_gather_object(peaks, peak_rss_kb())
@@ -494,30 +595,26 @@ def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ct
         "drop_cp_factor": args.drop_cp_factor,
     }
     if args.check:
-        worst = lambda key: max(layout["rulers"][key] for layout in layouts.values())  # noqa: E731
-        report.update(
-            fp64_max_step_drift=worst("fp64_max_step_drift"),
-            fp64_steps=min(layout["rulers"]["fp64_steps"] for layout in layouts.values()),
-            fp32_first_step_logit_diff=worst("fp32_first_step_logit_diff"),
-            fp32_first_step_grad_diff=worst("fp32_first_step_grad_diff"),
-            fp32_max_step_drift=worst("fp32_max_step_drift"),
-            fp32_worst_step=max(layouts.values(), key=lambda x: x["rulers"]["fp32_max_step_drift"])["rulers"][
-                "fp32_worst_step"
-            ],
-            fp32_steps=min(layout["rulers"]["fp32_steps"] for layout in layouts.values()),
-            fp32_norm_rel_diff=worst("fp32_norm_rel_diff"),
-            fp32_twin_clips_with="run",
-            ranks_bit_identical=all(layout["ranks_bit_identical"] for layout in layouts.values()),
-            pytorch_impl="; ".join(f"{k}: {v['rulers']['pytorch_impl']}" for k, v in layouts.items()),
-            pytorch_first_step_logit_diff=worst("pytorch_first_step_logit_diff"),
-            pytorch_max_diff=worst("pytorch_first_step_logit_diff"),
-            pytorch_fp32_max_step_drift=worst("pytorch_fp32_max_step_drift"),
-            same_as_pytorch=all(
-                r["pytorch_first_step_logit_diff"] <= r["pytorch_one_step_bound"]
-                and r["fp32_max_step_drift"] <= r["pytorch_drift_bound"]
-                for r in (layout["rulers"] for layout in layouts.values())
-            ),
-        )
+        rulers = [layout["rulers"] for layout in layouts.values()]
+        report.update(proof.combined(rulers))
+        report["ranks_bit_identical"] = all(layout["ranks_bit_identical"] for layout in layouts.values())
+        theirs = [r for r in rulers if r.get("pytorch_impl")]
+        if len(theirs) < len(rulers):  # --pp: no PyTorch composition to hold it against
+            report.update(pytorch_impl=None, pytorch_impl_reason=PYTORCH_PP_REASON, pytorch_max_diff=None)
+            report["same_as_pytorch"] = None
+        else:
+            report.update(
+                pytorch_impl="; ".join(f"{k}: {v['rulers']['pytorch_impl']}" for k, v in layouts.items()),
+                pytorch_first_step_logit_diff=max(r["pytorch_first_step_logit_diff"] for r in rulers),
+                pytorch_max_diff=max(r["pytorch_first_step_logit_diff"] for r in rulers),
+                pytorch_fp32_max_step_drift=max(r["pytorch_fp32_max_step_drift"] for r in rulers),
+                same_as_pytorch=all(
+                    proof.close_to_pytorch(
+                        r["pytorch_first_step_logit_diff"], r["fp32_max_step_drift"], r["pytorch_fp32_max_step_drift"]
+                    )
+                    for r in rulers
+                ),
+            )
         report.update(verdict(report).keys())
     return entry.finish(report, args, ctx, summary, t_start)
 
@@ -526,6 +623,9 @@ def verdict(report: dict) -> proof.Verdict:
     v = proof.Proof(proof.MODEL_PARALLEL, twin_norm="run", report=report).judge()
     for name, layout in report["layouts"].items():
         r = layout["rulers"]
+        if "pytorch_drift_bound" not in r:  # --pp: bytes, memory and bits only (the drift is reported)
+            pipeline_rulers(v, name, layout)
+            continue
         v.at_most(
             f"{name}.fp32_max_step_drift",
             r["fp32_max_step_drift"],
@@ -555,6 +655,23 @@ def verdict(report: dict) -> proof.Verdict:
             f"{pieces['parameters']} parameters joined from every rank's pieces (Exercise 7.3) = the gathered state",
         )
     return v
+
+
+def pipeline_rulers(v: proof.Verdict, name: str, layout: dict) -> None:
+    v.equal(f"{name}.bytes_per_dim", layout["bytes_per_dim"], layout["bytes_model_per_dim"], "rank 0")
+    v.true(f"{name}.bytes_every_rank_equal_model", layout["bytes_every_rank_equal_model"], "each rank its stage's")
+    v.true(f"{name}.bytes_constant_over_steps", layout["bytes_constant_over_steps"])
+    memory = layout["memory_per_rank"]
+    v.true(
+        f"{name}.memory_per_stage",
+        memory["every_rank_equal_model"],
+        f"model states after the step, each rank its stage's (rank 0: {memory['model']:,} B)",
+    )
+    v.true(
+        f"{name}.stages_bit_identical",
+        layout["ranks_bit_identical"],
+        "same stage and tp coordinate, same bits; the two copies of the tied matrix too",
+    )
 
 
 def summary(report: dict) -> list[str]:
