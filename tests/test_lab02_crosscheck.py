@@ -15,6 +15,7 @@ import pytest
 
 from minigpt.pages.lab02_crosscheck import fragment
 from minigpt.parallel import proof
+from tests import launcher
 from tests.launcher import ROOT, free_port
 from tests.limits import limit
 
@@ -224,28 +225,9 @@ def expected_on_rank_0(n_embd: int) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def sizes_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab02-sizes") / "sizes.json"
-    torchrun = Path(sys.executable).parent / "torchrun"
-    proc = subprocess.run(
-        [
-            str(torchrun),
-            "--nproc_per_node=2",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "lab/02_crosscheck.py",
-            "--sizes",
-            "96",
-            "--steps",
-            "3",
-            "--report",
-            str(out),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=limit(240),
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    args = ["lab/02_crosscheck.py", "--sizes", "96", "--steps", "3", "--report", str(out)]
+    done = launcher.run_script(args, 2, limit(240))  # ranks forked as torchrun's would be
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(out.read_text())
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -18,8 +16,7 @@ import pytest
 from minigpt.model import GPTConfig, MiniGPT
 from minigpt.parallel import proof
 from minigpt.train import TrainConfig
-from tests import background
-from tests.launcher import ROOT
+from tests import background, launcher
 from tests.limits import limit
 from tests.test_lab06_mesh_script import two_nodes
 
@@ -138,12 +135,12 @@ def test_the_bytes_of_every_dimension_are_the_count_by_hand(lab07_check, layout)
 
 
 def check_pipeline(folder: Path) -> dict:
-    """``--pp 2`` on 8 ranks (pp 2 x dp 2 x tp 2), 2 steps: on the suite's second lane."""
+    """``--pp 2`` on 8 ranks (pp 2 x dp 2 x tp 2), 2 steps, forked as torchrun's would be
+    (``launcher.run_script``; the script's torchrun launch is the two-node one above): on the lane."""
     path = folder / "lab07-pp.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
-    command += ["lab/07_nd_parallel.py", "--check", "--pp", "2", "--steps", "2", "--quiet", "--report", str(path)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=limit(400))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["lab/07_nd_parallel.py", "--check", "--pp", "2", "--steps", "2", "--quiet", "--report", str(path)]
+    done = launcher.run_script(args, 8, limit(400))
+    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(path.read_text())
 
 

@@ -234,6 +234,8 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
         if lab.world_size is not None:
             world_size = lab.world_size()
         check_proof_flags(args)
+        if getattr(args, "report", None):  # rank 0 writes it; every rank checks it, so that every rank refuses
+            cli.output_file(args.report, "--report")
         settings = lab.check_args(args, world_size)
         where = placement(lab.prog, args, argv, world_size, lambda n: lab.check_args(args, n))
     except NotImplementedError as exc:

@@ -142,8 +142,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
             f"{cfg.batch_size} over {world_size} ranks) cannot be cut into {cfg.accum} equal micro-batches; "
             f"give an --accum that divides {cfg.batch_size // world_size}"
         )
-    if args.report:  # rank 0 writes it; every rank checks it, so that every rank refuses
-        cli.output_file(args.report, "--report")
     if args.trace:
         cli.output_dir(args.trace, "--trace")
     return cfg

@@ -548,22 +548,7 @@ def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx
     )
     report["per_rank"] = every
     if check:
-
-        def worst(key: str) -> float:
-            return max(r[key] for r in rulers.values() if key in r)
-
-        report.update(
-            fp64_max_step_drift=worst("fp64_max_step_drift"),
-            fp64_steps=min(r["fp64_steps"] for r in rulers.values() if "fp64_steps" in r),
-            fp32_first_step_logit_diff=worst("fp32_first_step_logit_diff"),
-            fp32_first_step_grad_diff=worst("fp32_first_step_grad_diff"),
-            fp32_max_step_drift=worst("fp32_max_step_drift"),
-            fp32_worst_step=max(rulers.values(), key=lambda r: r["fp32_max_step_drift"])["fp32_worst_step"],
-            fp32_steps=args.steps,
-            fp32_norm_rel_diff=worst("fp32_norm_rel_diff"),
-            fp32_twin_clips_with="run",
-            rulers_per_variant=rulers,
-        )
+        report.update(proof.combined(list(rulers.values())), rulers_per_variant=rulers)
         if "zero1" in variants:
             report["zero_redundancy"] = zero_redundancy(cfg, ctx, args.steps)
             z = report["zero_redundancy"]

@@ -585,8 +585,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
         cli.need_world_size(world_size, 2, "--check compares a sharded run of 2 ranks or more with one process")
     if args.rounds and not args.check:
         raise cli.BadInput(f"--rounds {args.rounds}: the speed rounds are part of --check; add --check")
-    if args.report:
-        cli.output_file(args.report, "--report")
     return cfg
 
 

@@ -461,8 +461,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
             f"{2 * world_size * max(1, round(bad[0] / (2 * world_size)))}"
         )
     cli.need_world_size(world_size, 2, "ring attention needs a ring of 2 ranks or more")
-    if args.report:
-        cli.output_file(args.report, "--report")
 
 
 LAB = entry.Lab(

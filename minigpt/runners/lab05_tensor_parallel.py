@@ -376,8 +376,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
         raise ValueError(f"--sequence-parallel needs --tp {tp} to divide the {cfg.block_size} tokens of a sequence")
     if args.check:
         cli.need_world_size(world_size, 2, "--check compares a model cut over 2 ranks or more with one process")
-    if args.report:
-        cli.output_file(args.report, "--report")
     return cfg
 
 

@@ -384,8 +384,6 @@ def check_args(args: argparse.Namespace, world_size: int, local_world_size: int)
     cfg = TrainConfig(steps=args.steps, seed=args.seed)
     if args.check:
         cli.need_world_size(world_size, 2, "--check compares each mesh with one process: it needs 2 ranks or more")
-    if args.report:
-        cli.output_file(args.report, "--report")
     flags = " ".join(f"--{k} {v}" for k, v in (("replicate", args.replicate), ("shard", args.shard)) if v is not None)
     try:
         replicate, shard = exercise("resolve_hsdp")(world_size, local_world_size, args.shard, args.replicate)

@@ -421,8 +421,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
                 )
     if args.check:
         cli.need_world_size(world_size, 2, "--check compares a pipeline of 2 stages or more with one process")
-    if args.report:
-        cli.output_file(args.report, "--report")
     return cfg
 
 

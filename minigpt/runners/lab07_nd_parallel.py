@@ -508,8 +508,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace, world_size: int, local_world_size: int) -> tuple[TrainConfig, list[NDMesh]]:
     cfg = TrainConfig(steps=args.steps, seed=args.seed)
-    if args.report:
-        cli.output_file(args.report, "--report")
     given = {d: getattr(args, d) for d in DIMS if getattr(args, d) is not None}
     if given and len(given) != len(DIMS):
         missing = ", ".join(f"--{d.replace('_', '-')}" for d in DIMS if d not in given)
