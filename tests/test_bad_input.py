@@ -323,6 +323,12 @@ ENV_ROWS: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "1"},
         ["--tp 2", "1 ranks of a node"],
     ),
+    (
+        ND7,
+        ["--pp", "2", "--dp-replicate", "3", "--dp-shard", "1", "--cp", "1", "--tp", "1"],
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "6"},
+        ["--dp-replicate 3", "divisor of 64"],
+    ),
     (ND7, ["--micro-batches", "4"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}, ["--micro-batches 4", "--pp"]),
 ]
 

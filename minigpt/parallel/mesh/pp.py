@@ -122,8 +122,13 @@ def check_pp_degrees(world_size: int, degrees: dict[str, int], cfg: TrainConfig,
         raise ValueError(f"--pp {mesh.pp}: MiniGPT has {cfg.n_layer} blocks; use 2 to {cfg.n_layer} stages")
     if cfg.n_head % mesh.tp:
         raise ValueError(f"--tp {mesh.tp} does not divide the {cfg.n_head} attention heads")
+    if cfg.batch_size % mesh.dp:
+        raise ValueError(
+            f"--dp-replicate {mesh.dp}: the batch of {cfg.batch_size} rows does not split over {mesh.dp} replicas; "
+            f"give a divisor of {cfg.batch_size}"
+        )
     rows = cfg.batch_size // mesh.dp
-    if cfg.batch_size % mesh.dp or rows % micro_batches:
+    if rows % micro_batches:
         raise ValueError(
             f"--micro-batches {micro_batches}: each replica's {cfg.batch_size} / {mesh.dp} rows must cut into "
             f"equal micro-batches; give a divisor of {rows}"
