@@ -2,6 +2,7 @@
 
     torchrun --nproc_per_node=8 lab/07_nd_parallel.py --check --report out/lab07.json
     torchrun --nproc_per_node=8 lab/07_nd_parallel.py --dp-replicate 1 --dp-shard 2 --cp 2 --tp 2 --check
+    torchrun --nproc_per_node=8 lab/07_nd_parallel.py --check --pp 2      # pp 2 x dp 2 x tp 2
     # two "nodes" of four ranks on one machine:
     torchrun --nnodes=2 --nproc_per_node=4 --node_rank=0 --master_addr=127.0.0.1 --master_port=29517 lab/07_nd_parallel.py --check &
     torchrun --nnodes=2 --nproc_per_node=4 --node_rank=1 --master_addr=127.0.0.1 --master_port=29517 lab/07_nd_parallel.py --check
@@ -12,7 +13,9 @@ one after the other in one launch: HSDP x TP (2 x 2 x 1 x 2) and FSDP x CP x TP 
 Each is Lab 05's tensor parallelism (with its ring attention across the cp group) inside Lab 04's
 ``fully_shard`` over the flattened ``dp_shard x cp`` group, with the replicas averaging the
 gradient shards (:mod:`minigpt.parallel.mesh.compose`), held against one process with the proof
-harness's rulers, its bytes per dimension against the model of each dimension.
+harness's rulers, its bytes per dimension against the model of each dimension. ``--pp N`` runs
+a pipeline mesh instead, ``pp x dp_replicate x tp``: Lab 06's stages with Lab 05's blocks inside
+(:mod:`minigpt.parallel.mesh.pp`), held to the same rulers and to its own byte model.
 """
 
 from __future__ import annotations
