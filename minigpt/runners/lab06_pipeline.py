@@ -52,6 +52,7 @@ from minigpt.parallel.pipeline import (
     check_posting_order,
     check_schedule,
     clip_grad_norm_,
+    forward_only,
     forward_step,
     peak_held,
     run_schedule,
@@ -160,21 +161,10 @@ class Pipeline:
                 whole["moments"].setdefault(key, {}).update({n: t.to(device) for n, t in values.items()})
         return whole
 
-    @torch.no_grad()
     def forward_logits(self, step: int) -> torch.Tensor | None:
-        """The logits of ``step``'s whole batch, micro-batch by micro-batch through the stages (no
-        gradient, no schedule: every stage forwards each micro-batch in order): on the last stage,
-        None on the others."""
-        batches = MicroBatches.cut(*self.batch(step), self.m)
-        logits = []
-        for i in range(self.m):
-            inputs = batches.tokens[i] if self.stage.is_first else self.link.recv_activation(i)
-            outputs = self.stage(inputs)
-            if self.stage.is_last:
-                logits.append(outputs)
-            else:
-                self.link.send_activation(outputs, i)
-        return torch.cat(logits) if logits else None
+        """The logits of ``step``'s whole batch through the stages (:func:`forward_only`): on the
+        last stage, None on the others."""
+        return forward_only(self.stage, MicroBatches.cut(*self.batch(step), self.m), self.link)
 
     # -- the proof harness's System ---------------------------------------------------------------
 
@@ -388,16 +378,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--test-sentences", type=cli.POSITIVE_INT, default=None, help="tutor accuracy on this many test sentences"
     )
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="receive timeout, seconds")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p)
     cli.add_device_flag(p)
     return p.parse_args(argv)
 

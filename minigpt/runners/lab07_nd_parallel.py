@@ -639,9 +639,7 @@ def verdict(report: dict) -> proof.Verdict:
             r["pytorch_one_step_bound"],
             "the whole batch's logits against PyTorch's composition",
         )
-        v.equal(f"{name}.bytes_per_dim", layout["bytes_per_dim"], layout["bytes_model_per_dim"], "rank 0")
-        v.true(f"{name}.bytes_every_rank_equal_model", layout["bytes_every_rank_equal_model"], "each rank its own")
-        v.true(f"{name}.bytes_constant_over_steps", layout["bytes_constant_over_steps"])
+        bytes_rulers(v, name, layout, "each rank its own")
         memory = layout["memory_per_rank"]
         v.true(
             f"{name}.memory_per_rank",
@@ -658,10 +656,15 @@ def verdict(report: dict) -> proof.Verdict:
     return v
 
 
-def pipeline_rulers(v: proof.Verdict, name: str, layout: dict) -> None:
+def bytes_rulers(v: proof.Verdict, name: str, layout: dict, whose: str) -> None:
+    """A layout's bytes per dimension against the model: rank 0's, every rank's, every step's."""
     v.equal(f"{name}.bytes_per_dim", layout["bytes_per_dim"], layout["bytes_model_per_dim"], "rank 0")
-    v.true(f"{name}.bytes_every_rank_equal_model", layout["bytes_every_rank_equal_model"], "each rank its stage's")
+    v.true(f"{name}.bytes_every_rank_equal_model", layout["bytes_every_rank_equal_model"], whose)
     v.true(f"{name}.bytes_constant_over_steps", layout["bytes_constant_over_steps"])
+
+
+def pipeline_rulers(v: proof.Verdict, name: str, layout: dict) -> None:
+    bytes_rulers(v, name, layout, "each rank its stage's")
     memory = layout["memory_per_rank"]
     v.true(
         f"{name}.memory_per_stage",

@@ -47,6 +47,7 @@ from minigpt.parallel.pipeline import (
     PipelineStage,
     backward_step,
     check_schedule,
+    forward_only,
     forward_step,
     run_schedule,
     schedule_orders,
@@ -302,23 +303,8 @@ class PPSystem:
             state["step"] = self.optimizer.state[first]["step"].clone()
         return state
 
-    @torch.no_grad()
-    def _logits(self, step: int) -> torch.Tensor | None:
-        """The replica's logits of ``step`` through the stages, micro-batch by micro-batch (last stage)."""
-        batches = MicroBatches.cut(*self.batch(step), self.m)
-        out = []
-        for i in range(self.m):
-            x = batches.tokens[i] if self.stage.is_first else self.link.recv_activation(i)
-            y = self.stage(x)
-            if self.stage.is_last:
-                out.append(y)
-            else:
-                self.link.send_activation(y, i)
-        self.link.wait_sends()
-        return torch.cat(out) if out else None
-
     def first_step(self) -> proof.FirstStep:
-        logits = self._logits(0)
+        logits = forward_only(self.stage, MicroBatches.cut(*self.batch(0), self.m), self.link)
         self.forward_backward(0)
         named = {n: p for n, p in self.stage.named_in_model() if p.grad is not None}
         grads = self._stage_whole(lambda p: p.grad)

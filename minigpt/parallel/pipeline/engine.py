@@ -142,6 +142,23 @@ def run_schedule(
     return record
 
 
+@torch.no_grad()
+def forward_only(stage: PipelineStage, batches: MicroBatches, link: Link) -> torch.Tensor | None:
+    """The logits of every micro-batch through the stages, in order, with no gradient and no
+    schedule (each stage forwards each micro-batch as it arrives): on the last stage, None on the
+    others. The sends are waited for before it returns."""
+    logits = []
+    for i in range(len(batches)):
+        inputs = batches.tokens[i] if stage.is_first else link.recv_activation(i)
+        outputs = stage(inputs)
+        if stage.is_last:
+            logits.append(outputs)
+        else:
+            link.send_activation(outputs, i)
+    link.wait_sends()
+    return torch.cat(logits) if logits else None
+
+
 def sync_tied_gradient(stage: PipelineStage, first_rank: int, last_rank: int, counter: ByteCounter) -> None:
     """The first and the last stage swap the gradients of their copies of the tied matrix and both
     keep the sum (``a + b`` is ``b + a`` exactly: the copies stay bit-identical)."""
