@@ -351,7 +351,8 @@ def draw_timeline(report: dict, lang: str, path: Path) -> None:
     end = max(t for t, *_ in events)
     fig = Figure(figsize=(10, 3.2))
     ax = fig.add_subplot()
-    starts = [(t, what, unit) for t, what, unit, _ in events if what in ("forward", "backward")]
+    # the blocks' computations: the root's, which wraps them, has no span of its own to draw
+    starts = [(t, what, unit) for t, what, unit, _ in events if what in ("forward", "backward") and unit != "root"]
     for t, what, unit in starts:
         stop = next((u for u, w, _, _ in events if u > t and w in ("freeing", "free")), end)
         color = "#4C72B0" if what == "forward" else "#DD8452"
@@ -528,11 +529,12 @@ UNIT_LIFE_REPORT = RESULTS / "04-fsdp-cpu.json"  # the run the page quotes: 2 ra
 
 def unit_life(step: dict) -> dict:
     """What each unit did in one step, from a :class:`~minigpt.parallel.fsdp_by_hand.record.Step`
-    as the report keeps it: its ``schedule`` (the training thread's order of events, no clock) and
-    its ``collectives`` (in issue order; an asynchronous all-gather is a prefetch).
+    as the report keeps it: its ``timeline``'s events of the schedule's kinds (the training thread's
+    order; the root's forward and backward too, which the schedule leaves out) and its
+    ``collectives`` (in issue order; an asynchronous all-gather is a prefetch).
 
     Returns ``units`` (the root first, then the blocks in forward order), ``events`` (each
-    ``{"at", "what", "unit", "prefetch"}``, ``at`` its place in the schedule), ``gathered`` (unit ->
+    ``{"at", "what", "unit", "prefetch"}``, ``at`` its place in that order), ``gathered`` (unit ->
     the (from, to) places between an all-gather and the free that ends it), ``issued_by`` (a
     prefetched unit -> the unit whose pre-backward issued it: the one before it in backward order,
     :func:`~minigpt.parallel.fsdp_by_hand.prefetch.backward_prefetch_targets`) and ``backward_from``
@@ -541,10 +543,11 @@ def unit_life(step: dict) -> dict:
 
     asynchronous = iter([c["async"] for c in step["collectives"] if c["kind"] == "all-gather"])
     events = []
-    for at, item in enumerate(step["schedule"]):
-        what, unit = item.split(" ", 1)
-        events.append({"at": at, "what": what, "unit": unit, "prefetch": what == "all-gather" and next(asynchronous)})
-    blocks = list(dict.fromkeys(e["unit"] for e in events if e["what"] == "forward"))
+    for _, what, unit, _ in step["timeline"]:
+        if what in LIFE_STYLE:
+            prefetch = what == "all-gather" and next(asynchronous)
+            events.append({"at": len(events), "what": what, "unit": unit, "prefetch": prefetch})
+    blocks = list(dict.fromkeys(e["unit"] for e in events if e["what"] == "forward" and e["unit"] != "root"))
     units = ["root", *blocks]
     post_forward_order = [*blocks, "root"]  # the root's forward wraps every block's
     issued_by = {}

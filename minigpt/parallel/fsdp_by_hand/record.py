@@ -6,7 +6,8 @@ event. It keeps, per step:
 * ``schedule`` - the training thread's order of ``"all-gather U"`` (issued), ``"forward U"`` and
   ``"backward U"`` (a block's computation is about to start, its parameters whole),
   ``"free U"`` (its gathered parameters released) and ``"reduce-scatter U"``: the same words
-  Lab 03's tracer writes for PyTorch's FSDP2, so the two lists can be compared item by item;
+  Lab 03's tracer writes for PyTorch's FSDP2, so the two lists can be compared item by item
+  (the root's own forward and backward, which wrap the blocks', are in the timeline only);
 * ``collectives`` - each all-gather, reduce-scatter and all-reduce with its unit, its sizes and
   the bytes this rank *sends*, counted as a ring sends them (Lab 01): an all-gather or a
   reduce-scatter of a buffer of S bytes on N ranks sends (N-1)/N * S, an all-reduce twice that;
