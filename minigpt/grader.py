@@ -298,16 +298,12 @@ def grade(
     impl: str | None = None,
     lang: str | None = None,
     details: bool = False,
-    show: bool = True,
-    env: Mapping[str, str] | None = None,
 ) -> Report:
     """Grade one exercise (``"1.3"``, or ``"all"``: the end-to-end tests; several, comma-separated:
     ``"4.1,4.5"``, and ``"4.1,all"`` adds their labs' end-to-end tests), one lab (``"01"``) or
-    everything, print the report (unless ``show`` is False) and return it. ``impl`` is whose code
-    (default: ``exercises``, yours); ``details`` shows pytest's own output, tracebacks included.
-    ``env`` is the environment to grade in (default: this process's; the course's tests grade
-    several folders at once, each with its own)."""
-    return _grade(exercise, lab, impl or "exercises", language(lang), details, show, env)
+    everything, print the report and return it. ``impl`` is whose code (default: ``exercises``,
+    yours); ``details`` shows pytest's own output, tracebacks included."""
+    return _grade(exercise, lab, impl or "exercises", language(lang), details, True, os.environ)
 
 
 def save(report: Report, path: str | Path) -> None:
@@ -341,10 +337,11 @@ def _grade(
     lang: str,
     details: bool,
     show: bool,
-    environ: Mapping[str, str] | None = None,
+    environ: Mapping[str, str],
 ) -> Report:
+    """:func:`grade` in the environment ``environ``, printing the report if ``show``."""
     labs = sorted(catalog()["labs"])
-    environ = dict(os.environ if environ is None else environ)
+    environ = dict(environ)
     owners = labs
     if exercise is not None and exercise != "all":  # one exercise, or several ("1.2,4.3,all"): their labs' tests
         owners = sorted({impl.lab_of(one) for one in exercise.split(",") if one != "all"})

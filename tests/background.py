@@ -6,7 +6,7 @@ idle: a grading run is a pytest process whose ranks often wait on each other or 
 notebook's kernel computes on one thread. So ``conftest.py`` starts them on this lane (two threads)
 when the tests that read them are selected, and moves those tests to the end of the session: by the
 time they run, most of their results are ready, and they only read them. Each run has its own
-environment and folder (``grader.grade(env=...)``, a kernel's own ``env``), so nothing is shared
+environment and folder (``tests.grading.grade_in(env)``, a kernel's own ``env``), so nothing is shared
 between threads but the futures.
 
 A fixture asks for a run by name (:meth:`Lane.submit`): started now if collection did not start it,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
@@ -85,6 +86,14 @@ def part(name: str, module: str, attribute: str):
     return own[method] if method in own else vars(impl.reference(module, cls))[method]
 
 
+def grade_in(
+    env: Mapping[str, str], exercise: str | None = None, lab: str | None = None, lang: str = "en", details: bool = False
+) -> grader.Report:
+    """The grader on the learner's path (``--impl exercises``) in the environment ``env``, printing nothing:
+    the suite grades several folders at once, each in an environment of its own."""
+    return grader._grade(exercise, lab, "exercises", grader.language(lang), details, False, env)
+
+
 class Graded:
     """One whole grading: its report, the exercises folder it graded, and the saved results."""
 
@@ -93,7 +102,7 @@ class Graded:
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: it shares the cores with the rest of the suite
         if folder is not None:
             env[impl.DIR_ENV_VAR] = str(folder)
-        self.report = grader.grade(impl="exercises", show=False, lang="en", env=env)
+        self.report = grade_in(env)
         self.folder, self.saved = folder, saved
         grader.save(self.report, saved)
 

@@ -19,6 +19,7 @@ import ast
 import functools
 import importlib
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 
 from minigpt import grader, impl, predictions
 from tests import background, launcher
-from tests.grading import write_exercises, write_mistakes
+from tests.grading import grade_in, write_exercises, write_mistakes
 from tests.limits import HINT, NOT_GRADED, limit
 from tests.ranks import DETAILS_VARIABLE, Launch, explain, scenario
 
@@ -76,8 +77,7 @@ def grade(monkeypatch, folder: Path | None = None, **kwargs) -> grader.Report:
         monkeypatch.delenv(impl.DIR_ENV_VAR, raising=False)
     else:
         monkeypatch.setenv(impl.DIR_ENV_VAR, str(folder))
-    lang = kwargs.pop("lang", "en")
-    return grader.grade(impl="exercises", show=False, lang=lang, **kwargs)
+    return grade_in(os.environ, **kwargs)
 
 
 def environment(folder: Path | None, **extra: str) -> dict[str, str]:
@@ -156,7 +156,7 @@ def graded_run(spec: tuple, tmp: Path) -> grader.Report:
     if callable(folder):
         folder = folder(tmp)
     env = environment(folder, **extra)
-    return grader.grade(impl="exercises", show=False, **{"lang": "en", **what}, env=env)
+    return grade_in(env, **what)
 
 
 def submit(config: pytest.Config) -> dict:
