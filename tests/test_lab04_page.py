@@ -96,9 +96,9 @@ def test_the_one_number_norm_story():
     """Section 3's story, measured: with one all-reduce of one number the training leaves FSDP2 at the
     first step (its norm rounds differently); the one process clipping with that norm holds 1e-5; the
     one process clipping with its own norm does not (reported); FSDP2's order (our default) is FSDP2's
-    to the bit, and its own-norm twin, reported, drifts further than the criterion's: "it reaches 1e-5
-    on two ranks" (1.0e-5 on this page's run: a chaotic number, on one side of 1e-5 or the other
-    from one CPU to another, which is why it is not held)."""
+    to the bit, and its own-norm twin, reported, drifts further than the criterion's, "between a few
+    millionths and about 1e-5" on two ranks: a chaotic number, 1.0e-5 in this page's run (an AVX-512
+    Xeon), 6.7e-6 and 3.7e-6 there under the AVX2 and baseline kernel sets, 5.5e-6 on an AMD EPYC."""
     one_number = json.loads((RESULTS / ONE_NUMBER).read_text())
     t = one_number["training"]
     assert t["clip_norm"] == "one-number" and t["steps"] == TrainConfig().steps
@@ -107,9 +107,9 @@ def test_the_one_number_norm_story():
     assert t["step_drift_own_norm"]["max"] > 1e-5 > one_number["fp32_max_step_drift"]
     default = report(2)
     own = default["training"]["step_drift_own_norm"]["max"]
-    assert default["same_as_pytorch"] and default["fp32_max_step_drift"] < own and f"{own:.1e}" == "1.0e-05"
-    said = {"en": "It reaches 1e-5 on two ranks", "es": "Llega a 1e-5 en dos ranks"}
-    assert all(said[lang] in _prose(lang) for lang in PAGES)
+    assert default["same_as_pytorch"] and default["fp32_max_step_drift"] < own and 1e-6 < own < 2e-5
+    said = {"en": "between a few millionths and about 1e-5", "es": "entre unas millonésimas y alrededor de 1e-5"}
+    assert all(said[lang] in " ".join(_prose(lang).split()) for lang in PAGES)
 
 
 def test_the_one_number_fragment_is_its_report_rendered(tmp_path):
