@@ -111,3 +111,32 @@ def test_the_model_parallel_family_is_held_to_pytorch_by_both_rules():
     assert close_to_pytorch(5e-7, 3.9e-5, 2e-5)  # over 1e-5, under twice PyTorch's
     assert not close_to_pytorch(5e-7, 4.1e-5, 2e-5)  # over twice PyTorch's
     assert not close_to_pytorch(1.1e-6, 1e-7, 1e-7)  # the first step's logits too far
+
+
+def test_several_layouts_are_the_same_as_pytorch_only_when_each_is():
+    """``proof.against_pytorch`` (Labs 05-07): each difference the worst layout's, and one layout far
+    from PyTorch's composition is enough to say no, even when another layout's numbers cover it."""
+    from minigpt.parallel import proof
+
+    def layout(logits, drift, theirs):
+        return {
+            "pytorch_first_step_logit_diff": logits,
+            "fp32_max_step_drift": drift,
+            "pytorch_fp32_max_step_drift": theirs,
+        }
+
+    close, far = layout(4e-7, 3e-5, 2e-5), layout(2e-7, 3.5e-5, 1e-5)  # far: 3.5e-5 > max(1e-5, 2 x 1e-5)
+    assert proof.against_pytorch([close]) == {
+        "pytorch_first_step_logit_diff": 4e-7,
+        "pytorch_max_diff": 4e-7,
+        "pytorch_fp32_max_step_drift": 2e-5,
+        "same_as_pytorch": True,
+    }
+    both = proof.against_pytorch([close, far])
+    # the worst drift (3.5e-5) is under twice the worst PyTorch drift (2e-5): only each layout on its own says no
+    assert both == {
+        "pytorch_first_step_logit_diff": 4e-7,
+        "pytorch_max_diff": 4e-7,
+        "pytorch_fp32_max_step_drift": 2e-5,
+        "same_as_pytorch": False,
+    }

@@ -611,3 +611,23 @@ def combined(parts: list[dict], float32: dict | None = None) -> dict:
 
 
 FLOAT32_KEYS = ("fp32_max_step_drift", "fp32_worst_step", "fp32_steps", "fp32_norm_rel_diff", "fp32_twin_clips_with")
+
+
+def against_pytorch(parts: list[dict]) -> dict:
+    """Ruler 4 for the model-parallel family (Labs 05-07), from the proofs of a check's parts held
+    against PyTorch's own implementation (each with ``pytorch_first_step_logit_diff``,
+    ``fp32_max_step_drift`` and ``pytorch_fp32_max_step_drift``): each difference its worst part's,
+    ``pytorch_max_diff`` the first step's logits, ``same_as_pytorch`` when every part is
+    :func:`close_to_pytorch`."""
+    logits = max(p["pytorch_first_step_logit_diff"] for p in parts)
+    return {
+        "pytorch_first_step_logit_diff": logits,
+        "pytorch_max_diff": logits,
+        "pytorch_fp32_max_step_drift": max(p["pytorch_fp32_max_step_drift"] for p in parts),
+        "same_as_pytorch": all(
+            close_to_pytorch(
+                p["pytorch_first_step_logit_diff"], p["fp32_max_step_drift"], p["pytorch_fp32_max_step_drift"]
+            )
+            for p in parts
+        ),
+    }

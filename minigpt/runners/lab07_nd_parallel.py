@@ -604,18 +604,8 @@ def measure(cfg: TrainConfig, meshes: list[NDMesh], args: argparse.Namespace, ct
             report.update(pytorch_impl=None, pytorch_impl_reason=PYTORCH_PP_REASON, pytorch_max_diff=None)
             report["same_as_pytorch"] = None
         else:
-            report.update(
-                pytorch_impl="; ".join(f"{k}: {v['rulers']['pytorch_impl']}" for k, v in layouts.items()),
-                pytorch_first_step_logit_diff=max(r["pytorch_first_step_logit_diff"] for r in rulers),
-                pytorch_max_diff=max(r["pytorch_first_step_logit_diff"] for r in rulers),
-                pytorch_fp32_max_step_drift=max(r["pytorch_fp32_max_step_drift"] for r in rulers),
-                same_as_pytorch=all(
-                    proof.close_to_pytorch(
-                        r["pytorch_first_step_logit_diff"], r["fp32_max_step_drift"], r["pytorch_fp32_max_step_drift"]
-                    )
-                    for r in rulers
-                ),
-            )
+            report["pytorch_impl"] = "; ".join(f"{k}: {v['rulers']['pytorch_impl']}" for k, v in layouts.items())
+            report.update(proof.against_pytorch(rulers))
         report.update(verdict(report).keys())
     return entry.finish(report, args, ctx, summary, t_start)
 
