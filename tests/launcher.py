@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from minigpt import kernel_sets
 from tests.limits import HINT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,6 @@ def free_port() -> int:
 
 
 FORK_VARIABLE = "MINIGPT_FORK_RANKS"  # "0": every rank a fresh python process
-KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 # imported once, in multiprocessing's fork server, before any rank is forked: at import they read only their
 # own variables (sympy's, TORCH*, TORCHINDUCTOR_*), none that a rank sets
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor", "torch._dynamo"]
@@ -114,7 +114,7 @@ def forks(env: Mapping[str, str]) -> bool:
     ``env``, not switched off): otherwise it is a fresh python process."""
     if sys.platform != "linux" or env.get(FORK_VARIABLE, "1") == "0":
         return False
-    return not any(k in env for k in KERNEL_SET_VARIABLES)
+    return not any(k in env for k in kernel_sets.VARIABLES)
 
 
 def fork_context():

@@ -367,7 +367,7 @@ TRIP_WIRES = [
     ("minigpt.train", "build_model"),
     ("minigpt.runners.lab01_drift", "drift_sources"),
     ("minigpt.runners.lab01_drift", "one_step_amplification"),
-    ("minigpt.runners.lab01_kernel_sets", "native_capability"),
+    ("minigpt.kernel_sets", "native_capability"),
     ("minigpt.pages.site", "write_all"),
     ("minigpt.grader", "_grade"),
 ]

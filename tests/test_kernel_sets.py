@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from minigpt import kernel_sets
 from minigpt.parallel import proof
-from minigpt.runners import lab01_kernel_sets as kernel_sets
 from tests import background
 from tests.launcher import ROOT, run_ranks
 from tests.limits import limit

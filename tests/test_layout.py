@@ -352,3 +352,15 @@ def test_no_lab_runner_imports_another():
         others = {m for m in imported_modules(path) if m.startswith("minigpt.runners.lab")}
         found += [f"{path.relative_to(ROOT)} imports {m}" for m in sorted(others)]
     assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "runners").glob("*.py")), ids=lambda p: p.name)
+def test_a_runner_imports_no_other_runner(path):
+    """What two runners share lives in a room below them (the harness in ``parallel/``, the kernel sets
+    in ``kernel_sets.py``); ``entry.py``, every lab's command line and report, is the one exception."""
+    others = {
+        name.split(".")[2]
+        for name in imported_modules(path)
+        if name.startswith("minigpt.runners.") and name.split(".")[2] not in ("entry", path.stem)
+    }
+    assert others == set(), f"runners/{path.name} imports the runners {sorted(others)}"

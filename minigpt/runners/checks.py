@@ -12,7 +12,7 @@ keeps the wall-clock seconds from the command to its exit: the median is what th
 Run it on a quiet machine: it is a benchmark, and a busy machine measures the other load.
 
 ``kernel-sets`` runs each check once under each kernel set the CPU supports (ATen, MKL and oneDNN
-held together: see :mod:`minigpt.runners.lab01_kernel_sets`) and keeps its rulers: every criterion
+held together: see :mod:`minigpt.kernel_sets`) and keeps its rulers: every criterion
 must hold on every kernel set, and the table shows by how much.
 
 ``memory`` runs each check once and keeps the peak of the resident memory of all its processes
@@ -34,8 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minigpt import cli
-from minigpt.runners import lab01_kernel_sets as kernel_sets
+from minigpt import cli, kernel_sets
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROG = "python -m minigpt.runners.checks"

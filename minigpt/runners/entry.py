@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from minigpt import cli, impl
+from minigpt import cli, impl, kernel_sets
 from minigpt.parallel import launch, proof
 
 
@@ -188,7 +188,7 @@ def finish(
         device=str(ctx.device),
         date=time.strftime("%Y-%m-%d"),
         seconds=time.perf_counter() - t_start,
-        kernel_set_variables={name: os.environ.get(name) for name in KERNEL_SET_VARIABLES},
+        kernel_set_variables={name: os.environ.get(name) for name in kernel_sets.VARIABLES},
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
     )
     if ctx.device.type == "cuda":
@@ -201,10 +201,6 @@ def finish(
             launch.log(ctx, f"report written to {args.report}")
     dist.barrier()
     return report
-
-
-# what picks the CPU kernels, so the float32 rounding (recorded in every report)
-KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
 def main(lab: Lab, argv: list[str] | None = None) -> int:

@@ -47,8 +47,6 @@ from minigpt.train import (
 )
 
 VARIANTS = ("bucketed", "ring", "torch-ddp")
-# what picks the CPU kernels, so the float32 rounding (recorded in the report; see minigpt.runners.lab01_kernel_sets)
-KERNEL_SET_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 DEFAULT_DDP_STEPS = 50  # --check: PyTorch's DDP beside ours for these steps (--full: every step)
 DEFAULT_BUCKET_CAP_MB = 0.5  # MiniGPT's 2 MB of float32 gradients -> 4 buckets
 PROG = "lab/01_ddp.py"

@@ -1,18 +1,9 @@
 """Lab 01's check on every CPU a learner may own: the drift check under each kernel set.
 
-Float32 results at the level of one rounding depend on which machine code computes them: the
-same sum of 64 numbers added 16 at a time (AVX-512) or 8 at a time (AVX2) rounds differently.
-PyTorch picks its kernels from the CPU at start-up, and three libraries can be held to a smaller
-instruction set than the CPU has, so one machine can run as older CPUs would:
-
-* ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``): PyTorch's own kernels (sums,
-  softmax, layer norm, the element-wise ops, and small matrix products);
-* ``MKL_ENABLE_INSTRUCTIONS`` (``SSE4_2``, ``AVX2``, ``AVX512``): Intel MKL's matrix products;
-* ``ONEDNN_MAX_CPU_ISA`` (``SSE41``, ``AVX2``, ``AVX512_CORE``): oneDNN's kernels (GELU here).
-
-A *kernel set* holds the three together. This module runs ``lab/01_ddp.py --check --full`` under each
-kernel set the machine supports (a set is supported when PyTorch reports the capability it was
-asked for) and collects the reports:
+Float32 results at the level of one rounding depend on which machine code computes them; a *kernel
+set* (:mod:`minigpt.kernel_sets`) holds PyTorch's, MKL's and oneDNN's kernels to one instruction set.
+This module runs ``lab/01_ddp.py --check --full`` under each kernel set the machine supports (a set
+is supported when PyTorch reports the capability it was asked for) and collects the reports:
 
     python lab/01_kernel_sets.py --out out                       # AdamW, the default run
     python lab/01_kernel_sets.py --out out --config sgd           # SGD at learning rate 0.1
@@ -32,53 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from minigpt import cli
+from minigpt import cli, kernel_sets
+from minigpt.kernel_sets import KERNEL_SETS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROG = "lab/01_kernel_sets.py"
-
-KERNEL_SETS: dict[str, dict[str, str]] = {
-    "avx512": {
-        "ATEN_CPU_CAPABILITY": "avx512",
-        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
-        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-    },
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "baseline": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
-}
-# what torch.backends.cpu.get_cpu_capability() answers when the set is in force
-REPORTED = {"avx512": "AVX512", "avx2": "AVX2", "baseline": "DEFAULT"}
 
 CONFIGS: dict[str, list[str]] = {
     "adamw": [],
     "sgd": ["--optimizer", "sgd", "--lr", "0.1", "--min-lr", "0"],
     "float64": ["--dtype", "float64"],
 }
-
-
-def environment(kernel_set: str) -> dict[str, str]:
-    """The process environment that holds every library to ``kernel_set``."""
-    return {**os.environ, **KERNEL_SETS[kernel_set], "OMP_NUM_THREADS": "1"}
-
-
-ORDER = ("baseline", "avx2", "avx512")  # each needs the instructions of the ones before it
-
-
-def native_capability() -> str:
-    """What PyTorch picks on this CPU when nothing holds it back (a fresh process without the
-    three variables, which it reads only at start-up)."""
-    env = {k: v for k, v in os.environ.items() if k not in KERNEL_SETS["avx2"]}
-    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    return proc.stdout.strip()
-
-
-def supported(kernel_set: str, native: str | None = None) -> bool:
-    """Can this CPU run ``kernel_set``? Yes when it is not above what PyTorch picks natively
-    (a CPU with AVX-512 runs all three; an x86 CPU with AVX2 only, two; other CPUs the baseline)."""
-    native = native_capability() if native is None else native
-    reached = {"AVX512": "avx512", "AVX2": "avx2"}.get(native, "baseline")
-    return ORDER.index(kernel_set) <= ORDER.index(reached)
 
 
 def run_check(kernel_set: str, report: Path, extra: list[str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -101,7 +56,7 @@ def run_check(kernel_set: str, report: Path, extra: list[str], timeout_s: float)
     return subprocess.run(
         command,
         cwd=ROOT,
-        env={**environment(kernel_set), "PYTHONPATH": str(ROOT)},
+        env={**kernel_sets.environment(kernel_set), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -166,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     except (cli.BadInput, ValueError) as exc:
         return cli.refuse(PROG, str(exc))
     rows, skipped = [], []
-    native = native_capability()
+    native = kernel_sets.native_capability()
     for name in names:
-        if not supported(name, native):
+        if not kernel_sets.supported(name, native):
             skipped.append(name)
             print(f"{name}: not supported by this CPU, left out")
             continue
@@ -192,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "not_supported": skipped,
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "cpu_model": cpu_model(),
+        "cpu_model": kernel_sets.cpu_model(),
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }
@@ -201,17 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     for written in [path, *lab01_check.render(path)]:
         print(f"wrote {written}")
     return 0
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
