@@ -283,11 +283,13 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={folder}/jobcomp.txt
-# finished jobs are never forgotten (0): sbatch --wait then asks every 2 s, and always finds the exit status. It
-# waits 2, 8 and then 32 s between questions while 2 s is less than half of MinJobAge (the default, 300, adds
-# about 14 s to a 28 s job), and a job forgotten between two questions (MinJobAge=6) gives "Job 1 no longer found
-# and exit code not found" and exit status 0
-MinJobAge=0
+# a finished job's record is kept at least MinJobAge seconds (at least 2: slurmctld refuses 0, "MinJobAge must be
+# at least 2", and keeps 2). sbatch --wait asks every 2 s unless 2 s is less than half of MinJobAge, then waits 8
+# and 32 s between questions. At 4 it asks every 2 s and the record stays 4 s: a question finds the exit status,
+# with 2 s to spare on a busy machine. At 2 a late question finds nothing; from 6 on, 8 s between questions
+# outlast the record (the default, 300, adds about 14 s to a 28 s job): both give "Job 1 no longer found and
+# exit code not found" and exit status 0
+MinJobAge=4
 NodeName=n1 NodeHostname=localhost Port={ports[1]} CPUs={cpus} State=UNKNOWN
 NodeName=n2 NodeHostname=localhost Port={ports[2]} CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
