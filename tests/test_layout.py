@@ -342,25 +342,16 @@ def test_bounds_and_digests_live_in_the_proof_s_room():
     assert found == [], "bounds or digests outside minigpt/parallel/:\n" + "\n".join(found)
 
 
-def test_no_lab_runner_imports_another():
-    """A lab's runner imports the shared parts of its room (``entry``, ``checks``, ``predictions``) and
-    the mechanisms, never another lab's runner: what two labs share lives in minigpt/parallel/."""
+def test_no_runner_imports_another():
+    """A runner imports the mechanisms, the shared modules and ``entry`` (every lab's command line and
+    report), never another runner: what two runners share lives in a room below them (the harness in
+    minigpt/parallel/, the kernel sets in minigpt/kernel_sets.py)."""
     found = []
-    for path in MODULES:
-        if room_of(path) != "runners" or not path.stem.startswith("lab"):
-            continue
-        others = {m for m in imported_modules(path) if m.startswith("minigpt.runners.lab")}
+    for path in sorted((PACKAGE / "runners").glob("*.py")):
+        others = {
+            name
+            for name in imported_modules(path)
+            if name.startswith("minigpt.runners.") and name.split(".")[2] not in ("entry", path.stem)
+        }
         found += [f"{path.relative_to(ROOT)} imports {m}" for m in sorted(others)]
     assert found == [], "\n".join(found)
-
-
-@pytest.mark.parametrize("path", sorted((PACKAGE / "runners").glob("*.py")), ids=lambda p: p.name)
-def test_a_runner_imports_no_other_runner(path):
-    """What two runners share lives in a room below them (the harness in ``parallel/``, the kernel sets
-    in ``kernel_sets.py``); ``entry.py``, every lab's command line and report, is the one exception."""
-    others = {
-        name.split(".")[2]
-        for name in imported_modules(path)
-        if name.startswith("minigpt.runners.") and name.split(".")[2] not in ("entry", path.stem)
-    }
-    assert others == set(), f"runners/{path.name} imports the runners {sorted(others)}"

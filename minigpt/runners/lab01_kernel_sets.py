@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from minigpt import cli, kernel_sets
-from minigpt.kernel_sets import KERNEL_SETS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROG = "lab/01_kernel_sets.py"
@@ -93,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", choices=tuple(CONFIGS), default="adamw", help="which Lab 01 run to check")
     p.add_argument(
         "--kernel-sets",
-        default=",".join(KERNEL_SETS),
-        help=f"comma list of {', '.join(KERNEL_SETS)} (those the CPU does not support are left out)",
+        default=",".join(kernel_sets.KERNEL_SETS),
+        help=f"comma list of {', '.join(kernel_sets.KERNEL_SETS)} (those the CPU does not support are left out)",
     )
     p.add_argument("--out", default="out", help="folder for 01-kernel-sets-<config>-cpu.json and its tables")
     p.add_argument("--render", metavar="JSON", help="only write the tables of an existing result")
@@ -111,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path}")
             return 0
         names = [n.strip() for n in args.kernel_sets.split(",") if n.strip()]
-        unknown = [n for n in names if n not in KERNEL_SETS]
+        unknown = [n for n in names if n not in kernel_sets.KERNEL_SETS]
         if unknown or not names:
             raise cli.BadInput(
                 f"--kernel-sets {args.kernel_sets!r}: unknown {', '.join(unknown) or '(none)'}; "
-                f"choose from {', '.join(KERNEL_SETS)}"
+                f"choose from {', '.join(kernel_sets.KERNEL_SETS)}"
             )
         out = cli.output_dir(args.out, "--out")
     except (cli.BadInput, ValueError) as exc:
