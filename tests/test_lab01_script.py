@@ -91,7 +91,7 @@ def test_two_node_launch_checks_and_reports(rendezvous, tmp_path):
     assert buckets >= 3, data["buckets"]
     started_under_backward = 0
     for rank in (0, 1):
-        steps = check_trace(traces / f"lab01-rank{rank}.json.gz", "bucketed", 2)
+        steps = check_trace(traces / f"lab01-rank{rank}.json.gz", 2, "bucketed")["bucketed"]
         assert [s["step"] for s in steps] == [3, 4, 5], steps
         for step in steps:  # --accum 2: the step's bar holds both micro-batches, and the last one's all-reduces
             assert [c["name"] for c in step["collectives"]] == ["gloo:all_reduce"] * buckets, step

@@ -94,14 +94,16 @@ def test_a_gzipped_trace_reads_as_its_events_sorted(tmp_path):
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in STEP)
 
 
-def check_trace(path, what: str, world_size: int) -> list[dict]:
+def check_trace(path, world_size: int, *whats: str) -> dict[str, list[dict]]:
     """A trace a lab wrote: gzipped Chrome trace JSON (what Perfetto opens: a traceEvents list of complete
     events with names, ts and dur, and the processes' metadata), with a labelled bar per traced step of
-    ``what``; returns those steps as :func:`minigpt.profiler.steps` reads them."""
+    each of ``whats``; returns, for each, those steps as :func:`minigpt.profiler.steps` reads them. The
+    file is read once for all of them (a lab's trace is a few megabytes of JSON)."""
     data = json.loads(gzip.decompress(path.read_bytes()))
     assert isinstance(data["traceEvents"], list) and data["traceEvents"], path
     assert any(e.get("ph") == "M" and e.get("name") == "thread_name" for e in data["traceEvents"]), path
     assert data.get("distributedInfo", {}).get("world_size") == world_size, data.get("distributedInfo")
-    steps = profiler.steps(profiler.read(path), what)
-    assert steps, f"{path}: no bar named '{what} step N'"
-    return steps
+    events = profiler.read(path)
+    found = {what: profiler.steps(events, what) for what in whats}
+    assert all(found.values()), f"{path}: no bar named '<what> step N' for {[w for w, s in found.items() if not s]}"
+    return found
