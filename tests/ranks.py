@@ -187,11 +187,6 @@ def explain(error: str) -> str:
     return error + likely_cause(error)
 
 
-def why_it_stopped(stderr: str) -> str:
-    """A stopped rank's last error, explained."""
-    return explain(last_error(stderr))
-
-
 def where_in_yours(trace: str) -> str:
     """`` (in lab01_ddp.py, line 42, _launch)``: the last line of the learner's exercise files in a
     traceback, or nothing."""

@@ -526,12 +526,3 @@ def load_sections(folder: Path | str = NOTES_DIR, reading: Reading = READING) ->
 SECTIONS: tuple[Section, ...] = load_sections()
 
 ANNOTATIONS: tuple[Annotation, ...] = tuple(a for section in SECTIONS for a in section.annotations)
-
-# Each section under the name it had when the notes were Python strings (kept for old imports).
-_BY_NAME = {section.name: section for section in SECTIONS}
-FSDP2_FORWARD = _BY_NAME["fsdp2-forward"]
-FSDP2_BACKWARD = _BY_NAME["fsdp2-backward"]
-FSDP2_EXPLICIT = _BY_NAME["fsdp2-explicit"]
-FSDP1_PREFETCH = _BY_NAME["fsdp1-prefetch"]
-FSDP1_EXEC_ORDER_SECTION = _BY_NAME["fsdp1-exec-order"]
-FSDP1_RATE_LIMITER = _BY_NAME["fsdp1-rate-limiter"]

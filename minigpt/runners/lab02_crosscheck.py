@@ -100,42 +100,6 @@ def build(name: str, cfg: TrainConfig, ctx: launch.DistContext) -> Run:
     return Run(name, model, model, build_optimizer(model, cfg))
 
 
-def full(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: a DTensor gathered, a plain tensor as it is."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-def reshard(model: torch.nn.Module) -> None:
-    """Put every FSDP2 unit back to its sharded state. A forward outside training (the check's)
-    leaves the root unit gathered, since FSDP2 keeps the root's weights for a backward that never
-    comes; the next step would then skip the root's all-gather, and the module's parameters
-    would be the gathered copies, not the shards the optimizer updates."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.reshard()
-
-
-def load_reference(run: Run, reference: torch.nn.Module, ref_optimizer: torch.optim.Optimizer) -> None:
-    """Give the single-process ``reference`` the run's current weights and optimizer state.
-    Collective for ZeRO-1 and FSDP2 (their state is sharded): every rank calls it."""
-    if run.name == "fsdp2":
-        reshard(run.model)
-    with torch.no_grad():
-        for p_ref, p in zip(reference.parameters(), run.model.parameters()):
-            p_ref.copy_(full(p.detach()))
-    if run.name == "zero1":
-        run.optimizer.load_into(ref_optimizer)
-        return
-    for p_ref, p in zip(reference.parameters(), run.model.parameters()):
-        state = run.optimizer.state.get(p)
-        if state:
-            ref_optimizer.state[p_ref] = {k: full(v).detach().clone() for k, v in state.items()}
-        else:
-            ref_optimizer.state.pop(p_ref, None)
-
-
 def bytes_sent(run: Run, counter) -> int:
     if run.name == "ddp":
         return run.wrapped.ring_bytes.sent

@@ -74,9 +74,6 @@ class Worker:
     def get(self, name: str) -> np.ndarray:
         return self.arrays[name][1]
 
-    def has(self, name: str) -> bool:
-        return name in self.arrays
-
     def drop(self, name: str) -> None:
         del self.arrays[name]
 

@@ -121,16 +121,6 @@ def hsdp_shard(model: nn.Module, mesh) -> nn.Module:
     return model
 
 
-def adamw_step_counter_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """The bytes of AdamW's step counters: one scalar tensor per parameter tensor, which the
-    census counts with the optimizer state and the 8 bytes per parameter of the model do not."""
-    return sum(
-        s["step"].numel() * s["step"].element_size()
-        for s in optimizer.state.values()
-        if isinstance(s.get("step"), torch.Tensor)
-    )
-
-
 def fsdp2_local_elements(params: list[torch.Tensor], shard: int, index: int) -> int:
     """Elements of the parameters ``params`` that shard ``index`` of ``shard`` really holds, padding
     left out: FSDP2 cuts each parameter's rows like ``torch.chunk`` (chunks of ceil(rows / S)
