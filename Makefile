@@ -19,7 +19,7 @@ BROWSER_NOTE = $(VENV)/browser-not-installed.txt
 SLURM_NOTE = $(VENV)/slurm-not-installed.txt
 SLURM_PROGRAMS ?= /usr/bin/sbatch /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged
 
-.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-00 results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07 check-memory
+.PHONY: help install browser slurm check-pins demo lint format test test-fast grade hint notebooks docs serve clean results results-00 results-01 results-01-checks check-times kernel-sets results-02 results-03 results-04 results-05 results-06 results-07 check-memory check-grades
 
 help:
 	@echo "make demo    install (once) and run Lab 01: MiniGPT trained on 2 processes with the hand-rolled DDP, checked against one process"
@@ -42,6 +42,7 @@ help:
 	@echo "             Learners never need it: every command of the guides writes to out/"
 	@echo "make check-times, make kernel-sets   maintainers: every lab's default --check timed (median of 3) and under"
 	@echo "             every kernel set the CPU supports (about 90 and 60 min); the guides show both tables"
+	@echo "make check-grades   maintainers: make grade EX=N.M of each lab's grading section timed (median of 3)"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -169,6 +170,10 @@ kernel-sets: $(STAMP)
 # Maintainers: the memory each lab's default run takes, all its processes at once (README, Platforms); about 25 min.
 check-memory: $(STAMP)
 	$(PY) -m minigpt.runners.checks memory --out $(RESULTS)
+
+# Maintainers: make grade EX=N.M of each lab's grading section, the exercise written (median of 3; a minute).
+check-grades: $(STAMP)
+	$(PY) -m minigpt.runners.checks grades --out $(RESULTS)
 
 results-00: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) lab/00_batch_scaling.py --report $(RESULTS)/00-batch-scaling-cpu.json

@@ -100,8 +100,6 @@ SLOW_MODULES = {
     "test_grader",
     "test_launcher",
 }
-# tests that time something: run after the second lane's (tests/background.py)
-TIMED = {"test_one_distributed_exercise_is_graded_in_seconds"}
 SLOW_FIXTURES = {
     "ranks",
     "zero1",
@@ -128,9 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # readers go late too, with the lane's, so that no test waits for it while others could run
     lane = [item for item in items if "default_run" in getattr(item, "fixturenames", ()) and item not in lane] + lane
     if lane:
-        timed = [item for item in items if getattr(item, "originalname", item.name) in TIMED]
-        last = {id(item) for item in lane + timed}
-        items[:] = [item for item in items if id(item) not in last] + lane + timed
+        last = {id(item) for item in lane}
+        items[:] = [item for item in items if id(item) not in last] + lane
     labs = config.getoption("--labs")
     if labs is not None:
         keep_labs = {lab.strip() for lab in labs.split(",")}

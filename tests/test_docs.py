@@ -206,6 +206,33 @@ def test_each_lab_page_shows_its_checks_measured_times(lab):
         assert f"<!-- generated from {source} by" in page, f"{CHECK_PAGES[lab]}{suffix} does not show {source}"
 
 
+LAB_PAGES = {**CHECK_PAGES, "00": "00-minigpt-baseline", "03": "03-fsdp-prefetch"}
+
+
+@pytest.mark.parametrize("lab", sorted(LAB_PAGES))
+def test_each_lab_page_times_the_grading_it_shows(lab):
+    """Each lab's "Grade yourself" section shows ``make grade EX=N.M`` and, in both languages, how long
+    that grading takes, from the committed benchmark (``make check-grades``: full marks in every run);
+    no page states a grading time of its own."""
+    from minigpt.runners.checks import GRADES
+
+    result = json.loads((ROOT / "lab" / "results" / "checks-grades-cpu.json").read_text(encoding="utf-8"))
+    (exercise,) = [ex for owner, ex in GRADES if owner == lab]
+    (row,) = [r for r in result["rows"] if r["lab"] == lab]
+    assert row["command"] == f"make grade EX={exercise}", row
+    assert all(run["exit"] == 0 and run["earned_all"] for run in row["runs"]), f"Lab {lab}: {row}"
+    for lang, suffix in (("en", ".md"), ("es", ".es.md")):
+        page = (ROOT / "lab" / f"{LAB_PAGES[lab]}{suffix}").read_text(encoding="utf-8")
+        section = page[page.index("{ #grad") :]
+        section = section[: section.find("\n## ") % len(section)]
+        assert f"\nmake grade EX={exercise} " in section, (
+            f"{LAB_PAGES[lab]}{suffix}: the section shows another exercise"
+        )
+        source = f"lab/results/checks-grades-cpu-{lang}.txt:{lab}"
+        assert f"<!-- generated from {source} by" in section, f"{LAB_PAGES[lab]}{suffix} does not show {source}"
+        assert not re.search(r"(about|unos) \d+ (seconds|segundos)", section.split("```")[1]), section
+
+
 @pytest.mark.parametrize(
     ("readme", "heading", "words"), [(READMES[0], "## Quick start", 250), (READMES[1], "## Inicio rápido", 290)]
 )

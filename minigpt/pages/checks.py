@@ -1,6 +1,7 @@
 """The tables of the checks themselves, in English and Spanish, one section per lab
-(``--8<-- "lab/results/checks-times-cpu-en.txt:04"``): how long each default ``--check`` takes, and
-its rulers under each kernel set. From the JSON of :mod:`minigpt.runners.checks`.
+(``--8<-- "lab/results/checks-times-cpu-en.txt:04"``): how long each default ``--check`` takes, its
+rulers under each kernel set, its memory, and how long grading one exercise takes. From the JSON of
+:mod:`minigpt.runners.checks`.
 
     python -m minigpt.runners.checks times --render lab/results/checks-times-cpu.json
 """
@@ -109,8 +110,27 @@ def memory(result: dict, rows: list[dict], lang: str) -> str:
     return table(head, body, left=1) + _machine(result, lang, rows)
 
 
+def grades(result: dict, rows: list[dict], lang: str) -> str:
+    body = [
+        [
+            f"`{r['command']}`",
+            _seconds(r["median_seconds"], lang),
+            " · ".join(_seconds(x["seconds"], lang) for x in r["runs"]),
+            tr(lang, "yes", "sí") if all(x["exit"] == 0 and x["earned_all"] for x in r["runs"]) else "**no**",
+        ]
+        for r in rows
+    ]
+    head = [
+        tr(lang, "one exercise, written", "un ejercicio, escrito"),
+        tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
+        tr(lang, "each run", "cada ejecución"),
+        tr(lang, "full marks", "puntuación completa"),
+    ]
+    return table(head, body, left=1) + _machine(result, lang, rows)
+
+
 def fragment(result: dict, lang: str) -> str:
-    section = {"times": times, "kernel-sets": kernel_sets, "memory": memory}[result["what"]]
+    section = {"times": times, "kernel-sets": kernel_sets, "memory": memory, "grades": grades}[result["what"]]
     labs = sorted({r["lab"] for r in result["rows"]})
     parts = [(lab, [r for r in result["rows"] if r["lab"] == lab]) for lab in labs]
     if result["what"] == "memory":  # the README's table: every lab

@@ -4,6 +4,7 @@ the checks themselves (the lab pages show their tables).
     python -m minigpt.runners.checks times --out lab/results            # make check-times
     python -m minigpt.runners.checks kernel-sets --out lab/results      # make kernel-sets
     python -m minigpt.runners.checks memory --out lab/results           # make check-memory
+    python -m minigpt.runners.checks grades --out lab/results           # make check-grades
     python -m minigpt.runners.checks times --only 01,04 --repeats 1     # a part of it
 
 ``times`` runs each check :data:`CHECKS` lists ``--repeats`` times (default 3) as a learner does
@@ -18,7 +19,11 @@ must hold on every kernel set, and the table shows by how much.
 ``memory`` runs each check once and keeps the peak of the resident memory of all its processes
 together (torchrun and every rank: what a learner's machine must hold) and of the largest one.
 
-Each writes ``checks-{times,kernel-sets,memory}-cpu.json`` and its tables (``-en.txt`` / ``-es.txt``,
+``grades`` times ``make grade EX=N.M`` for the exercise each lab's grading section shows, the exercise
+written (``--impl reference``), ``--repeats`` times, and keeps the points it earned: a learner's
+correct answer costs the same.
+
+Each writes ``checks-{times,kernel-sets,memory,grades}-cpu.json`` and its tables (``-en.txt`` / ``-es.txt``,
 one section per lab: :mod:`minigpt.pages.checks`).
 """
 
@@ -60,6 +65,18 @@ MEMORY_ONLY: list[tuple[str, str, int, list[str]]] = [
     ("03", "fsdp-prefetch", 2, ["lab/03_fsdp_prefetch.py"]),
     ("03", "fsdp-practice", 2, ["lab/03_fsdp_practice.py"]),
 ]
+# (lab, exercise): the one-exercise grading each lab's "Grade yourself" section shows
+GRADES: list[tuple[str, str]] = [
+    ("00", "0.2"),
+    ("01", "1.3"),
+    ("02", "2.5"),
+    ("03", "3.1"),
+    ("04", "4.3"),
+    ("05", "5.2"),
+    ("06", "6.1"),
+    ("07", "7.1"),
+]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # a check's ranks, as the guides run them; make grade as it is
 QUIET = {
     "lab/01_ddp.py",
     "lab/04_fsdp.py",
@@ -75,7 +92,9 @@ def run_check(
 ) -> tuple[int, float, str]:
     """One check as a learner runs it: its exit status, wall-clock seconds and the end of its output.
     With ``memory`` (a dict), the peak resident memory of the whole run is kept in it (:class:`MemoryWatch`)."""
-    if script[0] == "-m":  # a plain python module (Lab 00's trainer): one process, its checkpoint beside the report
+    if script[:2] == ["-m", "minigpt.grader"]:  # make grade: its results saved where the report goes
+        command = [sys.executable, *script, "--save", str(report)]
+    elif script[0] == "-m":  # a plain python module (Lab 00's trainer): one process, its checkpoint beside the report
         command = [sys.executable, *script, "--quiet", "--out", str(report.with_suffix(".pt"))]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *script]
@@ -85,7 +104,7 @@ def run_check(
         proc = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+            env={**env, "PYTHONPATH": str(ROOT), **({} if script[:2] == ["-m", "minigpt.grader"] else ONE_THREAD)},
             stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
@@ -178,18 +197,28 @@ def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter)
     p.add_argument(
         "what",
-        choices=("times", "kernel-sets", "memory"),
-        help="time the checks, run them under each kernel set, or measure the memory each takes (once each)",
+        choices=("times", "kernel-sets", "memory", "grades"),
+        help="time the checks, run them under each kernel set, measure the memory each takes (once each), "
+        "or time one exercise's grading per lab",
     )
     p.add_argument("--only", default=None, help="comma list of labs (01, 02, 04, 05, 06, 07); default: all")
-    p.add_argument("--repeats", type=cli.POSITIVE_INT, default=3, help="times: runs of each check (the median is kept)")
+    p.add_argument(
+        "--repeats", type=cli.POSITIVE_INT, default=3, help="times, grades: runs of each (the median is kept)"
+    )
     p.add_argument("--out", default="out", help="folder for checks-<what>-cpu.json and its tables")
     p.add_argument("--timeout", type=cli.SECONDS, default=1800.0, help="seconds one check may take")
     p.add_argument("--render", metavar="JSON", help="only write the tables of an existing result")
     args = p.parse_args(argv)
     from minigpt.pages import checks as page
 
-    labs = sorted({lab for lab, *_ in CHECKS + (MEMORY_ONLY if args.what == "memory" else [])})
+    if args.what == "grades":
+        runs_of = [
+            (lab, "grade", 1, ["-m", "minigpt.grader", "--exercise", ex, "--impl", "reference"]) for lab, ex in GRADES
+        ]
+    else:
+        runs_of = CHECKS + (MEMORY_ONLY if args.what == "memory" else [])
+    labs = sorted({lab for lab, *_ in runs_of})
+    timed = args.what in ("times", "grades")
     try:
         if args.render:
             source = cli.input_json(args.render, "--render", ("what", "rows"), "lab/results/checks-times-cpu.json")
@@ -208,37 +237,42 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     native = kernel_sets.native_capability()
     sets = [None] if args.what != "kernel-sets" else [k for k in kernel_sets.ORDER if kernel_sets.supported(k, native)]
-    for lab, name, ranks, script in sorted(CHECKS + (MEMORY_ONLY if args.what == "memory" else []), key=lambda c: c[0]):
+    for lab, name, ranks, script in sorted(runs_of, key=lambda c: c[0]):
         if lab not in only:
             continue
         for kernel_set in sets:
             env = dict(os.environ) if kernel_set is None else kernel_sets.environment(kernel_set)
             runs, report, memory = [], {}, ({} if args.what == "memory" else None)
-            for _ in range(args.repeats if args.what == "times" else 1):
+            for _ in range(args.repeats if timed else 1):
                 with tempfile.TemporaryDirectory() as tmp:
                     path = Path(tmp) / "report.json"
                     code, seconds, tail = run_check(ranks, script, path, env, args.timeout, memory)
                     report = json.loads(path.read_text()) if path.exists() else {}
                 runs.append({"exit": code, "seconds": round(seconds, 1)})
+                if args.what == "grades":  # full marks, or the run does not count
+                    runs[-1].update(
+                        earned_all=bool(report.get("results")) and all(r["passed"] for r in report["results"])
+                    )
                 label = f"{lab} {name}, {ranks} ranks" + (f", {kernel_set}" if kernel_set else "")
                 print(f"{label}: exit {code} in {seconds:.0f} s", flush=True)
                 if code != 0:
                     print(tail, file=sys.stderr)
-            row = {"lab": lab, "name": name, "ranks": ranks, "command": " ".join(script), "runs": runs}
-            if args.what == "times":
+            command = f"make grade EX={script[3]}" if args.what == "grades" else " ".join(script)
+            row = {"lab": lab, "name": name, "ranks": ranks, "command": command, "runs": runs}
+            if timed:
                 row["median_seconds"] = statistics.median(r["seconds"] for r in runs)
             elif args.what == "memory":
                 row.update(memory)
             else:
                 row.update(kernel_set=kernel_set, **rulers_of(report))
             rows.append(row)
-    repeats = args.repeats if args.what == "times" else 1
+    repeats = args.repeats if timed else 1
     result = {"what": args.what, "machine": machine(), "repeats": repeats, "rows": rows}
     path = cli.make_parents(out / f"checks-{args.what}-cpu.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     for written in [path, *page.render(path)]:
         print(f"wrote {written}")
-    return 0 if all(r["exit"] == 0 for row in rows for r in row["runs"]) else 1
+    return 0 if all(r["exit"] == 0 and r.get("earned_all", True) for row in rows for r in row["runs"]) else 1
 
 
 if __name__ == "__main__":
