@@ -255,12 +255,11 @@ def test_one_lab_of_stubs_shows_every_exercise_and_what_all_together_waits_for(m
     assert "A hint: make hint EX=0.1" in report.text, report.text
 
 
-def test_one_exercise_grades_only_that_exercise(monkeypatch):
-    """``make grade EX=1.3``: that exercise's graded tests and nothing else (how long it takes is the
-    benchmark ``make check-grades``, on each lab page)."""
-    report = grade(monkeypatch, exercise="1.3")
-    assert {r.exercise for r in report.results} == {"1.3"} and report.total > 0, report.text
-    assert report.earned == 0 and all(r.kind == "not written" for r in report.results), report.text
+def test_one_exercise_grades_only_that_exercise(graded):
+    """``make grade EX=4.1`` (the run of tests/pitfalls/chunked_fsdp/): that exercise's graded tests
+    and nothing else; how long one exercise takes is the benchmark ``make check-grades``, on each lab page."""
+    report = report_of(graded, "cause chunked_fsdp")
+    assert {r.exercise for r in report.results} == {"4.1"} and report.total > 0, report.text
 
 
 def test_an_exercise_earns_its_points_alone(graded):
