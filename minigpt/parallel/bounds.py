@@ -10,6 +10,7 @@ FP32_DRIFT_BOUND = 1e-5  # ruler 3, for the data-parallel family: the float32 dr
 FP64_MIN_STEPS = 20  # ruler 1 runs at least this many steps
 PYTORCH_ONE_STEP_BOUND = 1e-6  # model-parallel: our one-step logits against PyTorch's own implementation
 PYTORCH_DRIFT_FACTOR = 2.0  # model-parallel: our float32 step drift at most twice PyTorch's on the same run
+PYTORCH_DDP_BOUND = 1e-6  # DDP on other than 2 ranks: the weights one step from the same state, ours against PyTorch's
 PYTORCH_ZERO1_BOUND = 1e-6  # ZeRO-1 with clipping against ZeroRedundancyOptimizer (bit-identical without)
 KERNEL_BOUNDS = {"float32": 1e-5, "float64": 1e-12}  # one kernel or layer against one process, per dtype
 
