@@ -111,22 +111,34 @@ def memory(result: dict, rows: list[dict], lang: str) -> str:
 
 
 def grades(result: dict, rows: list[dict], lang: str) -> str:
+    def code(r: dict) -> str:
+        if r["name"] == "grade":
+            return tr(lang, "the exercise, written", "el ejercicio, escrito")
+        return tr(lang, "every lab, the untouched stubs", "todos los laboratorios, los esqueletos sin tocar")
+
+    def score(r: dict) -> str:
+        expected = [x["earned"] for x in r["runs"]] == [(x["total"] if r["name"] == "grade" else 0) for x in r["runs"]]
+        points = " · ".join(f"{num(x['earned'], lang)}/{num(x['total'], lang)}" for x in r["runs"])
+        return points if expected and all(x["exit"] == 0 for x in r["runs"]) else f"**{points}**"
+
     body = [
         [
             f"`{r['command']}`",
+            code(r),
             _seconds(r["median_seconds"], lang),
             " · ".join(_seconds(x["seconds"], lang) for x in r["runs"]),
-            tr(lang, "yes", "sí") if all(x["exit"] == 0 and x["earned_all"] for x in r["runs"]) else "**no**",
+            score(r),
         ]
         for r in rows
     ]
     head = [
-        tr(lang, "one exercise, written", "un ejercicio, escrito"),
+        tr(lang, "grading", "calificación"),
+        tr(lang, "the code graded", "el código calificado"),
         tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
         tr(lang, "each run", "cada ejecución"),
-        tr(lang, "full marks", "puntuación completa"),
+        tr(lang, "points, each run", "puntos, cada ejecución"),
     ]
-    return table(head, body, left=1) + _machine(result, lang, rows)
+    return table(head, body, left=2) + _machine(result, lang, rows)
 
 
 def fragment(result: dict, lang: str) -> str:

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minigpt import cli, kernel_sets
+from minigpt import cli, impl, kernel_sets
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROG = "python -m minigpt.runners.checks"
@@ -65,8 +65,10 @@ MEMORY_ONLY: list[tuple[str, str, int, list[str]]] = [
     ("03", "fsdp-prefetch", 2, ["lab/03_fsdp_prefetch.py"]),
     ("03", "fsdp-practice", 2, ["lab/03_fsdp_practice.py"]),
 ]
-# (lab, exercise): the one-exercise grading each lab's "Grade yourself" section shows
-GRADES: list[tuple[str, str]] = [
+# (lab, exercise): the one-exercise grading each lab's "Grade yourself" section shows; None: make grade, every
+# lab, on the untouched stubs (Lab 00's section shows it)
+GRADES: list[tuple[str, str | None]] = [
+    ("00", None),
     ("00", "0.2"),
     ("01", "1.3"),
     ("02", "2.5"),
@@ -87,6 +89,14 @@ QUIET = {
 }
 
 
+def environment(script: list[str], env: dict) -> dict:
+    """A check's ranks on one thread each, as the guides run them; ``make grade`` as a learner types it,
+    on this checkout's ``lab/exercises/``."""
+    if script[:2] != ["-m", "minigpt.grader"]:
+        return {**env, "PYTHONPATH": str(ROOT), **ONE_THREAD}
+    return {**{k: v for k, v in env.items() if k != impl.DIR_ENV_VAR}, "PYTHONPATH": str(ROOT)}
+
+
 def run_check(
     ranks: int, script: list[str], report: Path, env: dict, timeout_s: float, memory: dict | None = None
 ) -> tuple[int, float, str]:
@@ -104,7 +114,7 @@ def run_check(
         proc = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**env, "PYTHONPATH": str(ROOT), **({} if script[:2] == ["-m", "minigpt.grader"] else ONE_THREAD)},
+            env=environment(script, env),
             stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
@@ -213,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.what == "grades":
         runs_of = [
-            (lab, "grade", 1, ["-m", "minigpt.grader", "--exercise", ex, "--impl", "reference"]) for lab, ex in GRADES
+            (lab, "grade", 1, ["-m", "minigpt.grader", "--exercise", ex, "--impl", "reference"])
+            if ex
+            else (lab, "grade-stubs", 1, ["-m", "minigpt.grader", "--impl", "exercises"])
+            for lab, ex in GRADES
         ]
     else:
         runs_of = CHECKS + (MEMORY_ONLY if args.what == "memory" else [])
@@ -250,14 +263,17 @@ def main(argv: list[str] | None = None) -> int:
                     report = json.loads(path.read_text()) if path.exists() else {}
                 runs.append({"exit": code, "seconds": round(seconds, 1)})
                 if args.what == "grades":  # full marks, or the run does not count
+                    results = report.get("results", [])
                     runs[-1].update(
-                        earned_all=bool(report.get("results")) and all(r["passed"] for r in report["results"])
+                        earned=sum(r["points"] for r in results if r["passed"]), total=sum(r["points"] for r in results)
                     )
                 label = f"{lab} {name}, {ranks} ranks" + (f", {kernel_set}" if kernel_set else "")
                 print(f"{label}: exit {code} in {seconds:.0f} s", flush=True)
                 if code != 0:
                     print(tail, file=sys.stderr)
-            command = f"make grade EX={script[3]}" if args.what == "grades" else " ".join(script)
+            command = " ".join(script)
+            if args.what == "grades":
+                command = f"make grade EX={script[3]}" if name == "grade" else "make grade"
             row = {"lab": lab, "name": name, "ranks": ranks, "command": command, "runs": runs}
             if timed:
                 row["median_seconds"] = statistics.median(r["seconds"] for r in runs)
@@ -272,7 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(result, indent=2) + "\n")
     for written in [path, *page.render(path)]:
         print(f"wrote {written}")
-    return 0 if all(r["exit"] == 0 and r.get("earned_all", True) for row in rows for r in row["runs"]) else 1
+    return 0 if all(r["exit"] == 0 and scored_as_expected(row["name"], r) for row in rows for r in row["runs"]) else 1
+
+
+def scored_as_expected(name: str, run: dict) -> bool:
+    """A grading run's score: full marks with the exercise written, zero on the untouched stubs."""
+    if name == "grade":
+        return run["total"] > 0 and run["earned"] == run["total"]
+    if name == "grade-stubs":
+        return run["total"] > 0 and run["earned"] == 0
+    return True
 
 
 if __name__ == "__main__":
