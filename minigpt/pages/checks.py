@@ -37,13 +37,24 @@ def _machine(result: dict, lang: str, rows: list[dict] | None = None) -> str:
     )
 
 
+def _timed(r: dict, lang: str) -> list[str]:
+    """A benchmark row's median and each of its runs."""
+    return [_seconds(r["median_seconds"], lang), " · ".join(_seconds(x["seconds"], lang) for x in r["runs"])]
+
+
+def _timed_head(result: dict, lang: str) -> list[str]:
+    return [
+        tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
+        tr(lang, "each run", "cada ejecución"),
+    ]
+
+
 def times(result: dict, rows: list[dict], lang: str) -> str:
     body = [
         [
             f"`{r['command']}`",
             num(r["ranks"], lang),
-            _seconds(r["median_seconds"], lang),
-            " · ".join(_seconds(x["seconds"], lang) for x in r["runs"]),
+            *_timed(r, lang),
             tr(lang, "yes", "sí") if all(x["exit"] == 0 for x in r["runs"]) else tr(lang, "**no**", "**no**"),
         ]
         for r in rows
@@ -51,8 +62,7 @@ def times(result: dict, rows: list[dict], lang: str) -> str:
     head = [
         tr(lang, "default check (torchrun --standalone)", "comprobación por defecto (torchrun --standalone)"),
         tr(lang, "ranks", "ranks"),
-        tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
-        tr(lang, "each run", "cada ejecución"),
+        *_timed_head(result, lang),
         tr(lang, "passed", "pasó"),
     ]
     return table(head, body, left=1) + _machine(result, lang, rows)
@@ -125,8 +135,7 @@ def grades(result: dict, rows: list[dict], lang: str) -> str:
         [
             f"`{r['command']}`",
             code(r),
-            _seconds(r["median_seconds"], lang),
-            " · ".join(_seconds(x["seconds"], lang) for x in r["runs"]),
+            *_timed(r, lang),
             score(r),
         ]
         for r in rows
@@ -134,8 +143,7 @@ def grades(result: dict, rows: list[dict], lang: str) -> str:
     head = [
         tr(lang, "grading", "calificación"),
         tr(lang, "the code graded", "el código calificado"),
-        tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
-        tr(lang, "each run", "cada ejecución"),
+        *_timed_head(result, lang),
         tr(lang, "points, each run", "puntos, cada ejecución"),
     ]
     return table(head, body, left=2) + _machine(result, lang, rows)
