@@ -20,8 +20,9 @@ must hold on every kernel set, and the table shows by how much.
 together (torchrun and every rank: what a learner's machine must hold) and of the largest one.
 
 ``grades`` times ``make grade EX=N.M`` for the exercise each lab's grading section shows, the exercise
-written (``--impl reference``), ``--repeats`` times, and keeps the points it earned: a learner's
-correct answer costs the same.
+written (``--impl reference``: a learner's correct answer runs the same tests), and ``make grade`` on
+the untouched stubs of ``lab/exercises/``, ``--repeats`` times each, and keeps the points each run
+earned: full marks and zero are what they must score.
 
 Each writes ``checks-{times,kernel-sets,memory,grades}-cpu.json`` and its tables (``-en.txt`` / ``-es.txt``,
 one section per lab: :mod:`minigpt.pages.checks`).
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         help="time the checks, run them under each kernel set, measure the memory each takes (once each), "
         "or time one exercise's grading per lab",
     )
-    p.add_argument("--only", default=None, help="comma list of labs (01, 02, 04, 05, 06, 07); default: all")
+    p.add_argument("--only", default=None, help="comma list of labs (e.g. 01,04); default: every lab the mode measures")
     p.add_argument(
         "--repeats", type=cli.POSITIVE_INT, default=3, help="times, grades: runs of each (the median is kept)"
     )
@@ -262,18 +263,18 @@ def main(argv: list[str] | None = None) -> int:
                     code, seconds, tail = run_check(ranks, script, path, env, args.timeout, memory)
                     report = json.loads(path.read_text()) if path.exists() else {}
                 runs.append({"exit": code, "seconds": round(seconds, 1)})
-                if args.what == "grades":  # full marks, or the run does not count
+                if args.what == "grades":  # its points: full marks written, zero on the stubs (scored_as_expected)
                     results = report.get("results", [])
                     runs[-1].update(
                         earned=sum(r["points"] for r in results if r["passed"]), total=sum(r["points"] for r in results)
                     )
                 label = f"{lab} {name}, {ranks} ranks" + (f", {kernel_set}" if kernel_set else "")
+                if args.what == "grades":
+                    label = f"{lab} {command_of(name, script)}"
                 print(f"{label}: exit {code} in {seconds:.0f} s", flush=True)
                 if code != 0:
                     print(tail, file=sys.stderr)
-            command = " ".join(script)
-            if args.what == "grades":
-                command = f"make grade EX={script[3]}" if name == "grade" else "make grade"
+            command = command_of(name, script) if args.what == "grades" else " ".join(script)
             row = {"lab": lab, "name": name, "ranks": ranks, "command": command, "runs": runs}
             if timed:
                 row["median_seconds"] = statistics.median(r["seconds"] for r in runs)
@@ -289,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     for written in [path, *page.render(path)]:
         print(f"wrote {written}")
     return 0 if all(r["exit"] == 0 and scored_as_expected(row["name"], r) for row in rows for r in row["runs"]) else 1
+
+
+def command_of(name: str, script: list[str]) -> str:
+    """The make command a learner types for a grading run."""
+    return f"make grade EX={script[3]}" if name == "grade" else "make grade"
 
 
 def scored_as_expected(name: str, run: dict) -> bool:
