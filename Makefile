@@ -42,7 +42,7 @@ help:
 	@echo "             Learners never need it: every command of the guides writes to out/"
 	@echo "make check-times, make kernel-sets   maintainers: every lab's default --check timed (median of 3) and under"
 	@echo "             every kernel set the CPU supports (about 90 and 60 min); the guides show both tables"
-	@echo "make check-grades   maintainers: make grade EX=N.M of each lab's grading section timed (median of 3)"
+	@echo "make check-grades   maintainers: each lab's make grade EX=N.M, and make grade on the stubs, timed"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -171,7 +171,8 @@ kernel-sets: $(STAMP)
 check-memory: $(STAMP)
 	$(PY) -m minigpt.runners.checks memory --out $(RESULTS)
 
-# Maintainers: make grade EX=N.M of each lab's grading section, the exercise written (median of 3; a minute).
+# Maintainers: make grade EX=N.M of each lab's grading section, the exercise written, and make grade on the
+# untouched stubs, timed (median of 3; about two minutes). The lab guides show the table.
 check-grades: $(STAMP)
 	$(PY) -m minigpt.runners.checks grades --out $(RESULTS)
 
