@@ -228,7 +228,7 @@ def test_each_lab_page_times_the_grading_it_shows(lab):
     for lang, suffix in (("en", ".md"), ("es", ".es.md")):
         page = (ROOT / "lab" / f"{LAB_PAGES[lab]}{suffix}").read_text(encoding="utf-8")
         section = page[page.index("{ #grad") :]
-        section = section[: section.find("\n## ") % len(section)]
+        section = section.split("\n## ")[0]
         commands_block = section.split("```")[1]
         for command in commands:
             assert f"\n{command} " in commands_block, f"{LAB_PAGES[lab]}{suffix} does not show {command}"
