@@ -147,6 +147,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (CROSS, ["--variants", "ddp,zero9"], ["--variants ddp,zero9", "zero9"]),
     (CROSS, ["--render", "{tmp}/missing.json"], ["--render {tmp}/missing.json", "no such file"]),
     (CROSS, ["--render", "{file}"], ["--render {file}", "not a JSON file"]),
+    (CROSS, ["--sizes", "96,100"], ["--sizes 96,100", "unknown size '100'", "choose n_embd from 96, 192, 384"]),
+    (CROSS, ["--sizes", "96", "--steps", "2"], ["--steps 2 with --sizes"]),
     # Lab 03
     (READING, ["--lang", "fr"], ["--lang fr", "en, es"]),
     (READING, ["--section", "fsdp3"], ["--section", "fsdp3"]),
@@ -224,6 +226,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     (ND7, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--render", "{tmp}/other.json"], ["--render {tmp}/other.json", "not a result of this script"]),
     (PRACTICE, ["--report", "{tmp}/r.txt"], ["--report {tmp}/r.txt", ".json"]),
+    (PRACTICE, ["--report", "{file}/r.json"], ["--report {file}/r.json", "is a file"]),
     # the site's tables
     (PAGES, ["--tables-dir", "{file}"], ["--tables-dir {file}"]),
     (PAGES, ["--no-such-option"], ["--no-such-option"]),
@@ -572,14 +575,20 @@ def test_under_torchrun_every_rank_refuses_with_its_rank(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_real_torchrun_shows_every_ranks_line(tmp_path):
     """The script itself under torchrun: a refusing rank makes torchrun stop the others, and still
-    every rank prints its line first. The path is rank 0's to write, and both ranks check it."""
+    every rank prints its line first. The path is rank 0's to write, and both ranks check it.
+    torchrun's failure report (its box) ends with our line as the root cause, not with its empty
+    'To enable traceback see: ...'."""
     (tmp_path / "a-file").write_text("a file, not a folder\n")
     report = tmp_path / "a-file" / "r.json"
     proc, ranks = torchrun(["lab/01_ddp.py", "--report", str(report)], tmp_path / "logs", limit(100))
     assert proc.returncode != 0
     assert sorted(ranks) == [0, 1], proc.stderr[-3000:]
+    ours = f"lab/01_ddp.py: error: --report {report}: {report.parent} is a file, not a folder"
     for rank, err in ranks.items():
-        check_refusal(f"rank {rank}", 2, "", err, [f"[rank {rank}] lab/01_ddp.py: error: --report {report}"])
+        check_refusal(f"rank {rank}", 2, "", err, [f"[rank {rank}] {ours}"])
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().strip("=")]
+    assert lines[-1].startswith("traceback : [rank ") and lines[-1].endswith(ours), lines[-12:]
+    assert "Root Cause" in "\n".join(lines[-10:])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "logs"]
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -416,24 +415,6 @@ def test_model_state_bytes_census():
 
 # ----------------------------------------------------------------------------------------------
 # the command line and the rendered results
-
-
-@pytest.mark.parametrize(
-    "args, named",
-    [
-        (["--only", "wrap,nope"], "nope"),
-        (["--steps", "1"], "--steps 1: too small"),
-        (["--report", "/dev/null/r.json"], "/dev/null is a file"),
-        (["--report", "r.txt"], "r.txt"),
-        (["--batch-size", "0"], "--batch-size 0: zero"),
-    ],
-)
-def test_bad_values_exit_2(args, named, tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=limit(60)
-    )
-    assert done.returncode == 2 and named in done.stderr, done.stderr
-    assert list(tmp_path.iterdir()) == []
 
 
 def _lab_module():
