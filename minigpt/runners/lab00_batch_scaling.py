@@ -11,7 +11,6 @@ Four trainings take a few minutes, so no check runs it.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 
@@ -79,7 +78,3 @@ def main(argv: list[str] | None = None) -> int:
 
     example = "lab/results/00-batch-scaling-cpu.json"
     return entry.one_process(PROG, __doc__.splitlines()[0], argv, table, RESULT_KEYS, example, measure)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -354,7 +353,3 @@ def main(argv: list[str] | None = None) -> int:
             launch.log(ctx, f"wrote {written}")
     launch.teardown()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

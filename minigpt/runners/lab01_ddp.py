@@ -551,7 +551,3 @@ def summary_lines(report: dict) -> list[str]:
         f"held-out test sentences) | {report['seconds']:.1f} s on {report['world_size']} ranks"
     )
     return lines
-
-
-if __name__ == "__main__":
-    sys.exit(main())

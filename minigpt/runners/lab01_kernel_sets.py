@@ -155,7 +155,3 @@ def main(argv: list[str] | None = None) -> int:
     for written in [path, *lab01_check.render(path)]:
         print(f"wrote {written}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,7 +24,6 @@ import functools
 import json
 import platform
 import statistics
-import sys
 import time
 
 import torch
@@ -232,7 +231,3 @@ def main(argv: list[str] | None = None) -> int:
             launch.log(ctx, f"wrote {written}")
     launch.teardown()
     return 0 if result["passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

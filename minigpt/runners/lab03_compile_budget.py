@@ -10,8 +10,6 @@ The measurement is :func:`minigpt.fsdp.practice.compile_budgets`; the page's tab
 
 from __future__ import annotations
 
-import sys
-
 from minigpt.runners import entry
 
 PROG = "lab/03_compile_budget.py"
@@ -29,7 +27,3 @@ def main(argv: list[str] | None = None) -> int:
 
     example = "lab/results/03-compile-budget-cpu.json"
     return entry.one_process(PROG, __doc__.splitlines()[0], argv, budgets_table, RESULT_KEYS, example, measure)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,6 @@ checkpoints) and exports the model as safetensors, in ``--out-dir``. The measure
 from __future__ import annotations
 
 import platform
-import sys
 import time
 
 import torch
@@ -84,7 +83,3 @@ def main(argv: list[str] | None = None) -> int:
             for path in [args.report, *render(args.report)]:
                 print(f"[rank 0] wrote {path}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

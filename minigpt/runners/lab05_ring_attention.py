@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 
 import torch
@@ -476,7 +475,3 @@ LAB = entry.Lab(
 
 def main(argv: list[str] | None = None) -> int:
     return entry.main(LAB, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 
 import torch
@@ -524,7 +523,3 @@ LAB = entry.Lab(
 
 def main(argv: list[str] | None = None) -> int:
     return entry.main(LAB, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -706,7 +706,3 @@ LAB = entry.Lab(
 
 def main(argv: list[str] | None = None) -> int:
     return entry.main(LAB, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
