@@ -275,8 +275,10 @@ def test_module_docstrings_are_at_most_40_lines():
     long = []
     for path in PRESENT_TENSE_FILES:
         doc = module_docstring(path.read_text(encoding="utf-8"))
-        if doc and len(doc.splitlines()) > DOCSTRING_MAX_LINES:
-            long.append(f"{path.relative_to(ROOT)}: {len(doc.splitlines())} lines")
+        # the lines of the file it takes, its quotes included: a closing quote on a line of its own counts
+        lines = len(doc.splitlines()) + doc.endswith("\n") if doc else 0
+        if lines > DOCSTRING_MAX_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
     assert long == [], f"module docstrings over {DOCSTRING_MAX_LINES} lines:\n" + "\n".join(long)
 
 

@@ -14,13 +14,11 @@ Spanish (``es``). The order is the reading order: FSDP2 forward, FSDP2 backward,
 prefetch API, then FSDP1's prefetch, its recorded execution order and its rate limiter. Within a
 function, notes follow the source top to bottom.
 
-Facts here, prose in Markdown
------------------------------
-What does not depend on the language stays in Python, in :data:`READING`: the sections in order,
-each with its name and its notes' :class:`Pin` (key, module, qualified name, anchor). The words
-live in two Markdown files a translator can edit without touching Python,
-``notes/reading.en.md`` (the source) and ``notes/reading.es.md`` (its translation), next to this
-module. Both have the same shape (the rules: :func:`parse_notes`)::
+**Facts here, prose in Markdown.** What does not depend on the language stays in Python, in
+:data:`READING`: the sections in order, each with its name and its notes' :class:`Pin` (key, module,
+qualified name, anchor). The words live in two Markdown files a translator can edit without touching
+Python, ``notes/reading.en.md`` (the source) and ``notes/reading.es.md`` (its translation), next to
+this module. Both have the same shape (the rules: :func:`parse_notes`)::
 
     ## FSDP2 (`fully_shard`): the forward pass {#fsdp2-forward}
 
@@ -36,8 +34,8 @@ the reverse), an empty text or a malformed heading raises :class:`NotesError`, w
 starts with ``file:line:`` and names the key. :func:`read_notes` and :func:`load_sections` take
 the file or folder as an argument, so the same checks run on any copy (the tests use that).
 
-To add a note: pin it in :data:`READING` (key, module, function, anchor), then give it a
-``### key`` heading and its text at the same place in both Markdown files.
+To add a note: pin it in :data:`READING` (key, module, function, anchor), then give it a ``### key``
+heading and its text at the same place in both Markdown files.
 """
 
 from __future__ import annotations

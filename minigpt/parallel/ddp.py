@@ -36,8 +36,7 @@ With ``collective="ring"`` the buckets are reduced by :func:`minigpt.parallel.ri
 on a background thread instead of ``torch.distributed.all_reduce``.
 
 Lab 01's page measures what each of the three choices (buckets closed at the cap, one call per
-bucket, gradients as views) buys, one at a time, against PyTorch's DDP
-(:mod:`minigpt.parallel.ddp_steps`).
+bucket, gradients as views) buys against PyTorch's DDP (:mod:`minigpt.parallel.ddp_steps`).
 """
 
 from __future__ import annotations

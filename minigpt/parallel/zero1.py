@@ -34,8 +34,7 @@ What happens, per parameter group:
    gradient on rank r; pieces of parameters no rank marked have their ``.grad`` set to None for
    the inner step, which therefore skips them; the flat weights are **all-gathered**, so every
    rank holds all the new weights. Bytes per rank: (N-1)/N of the gradient plus (N-1)/N of the
-   weights, 2(N-1)/N · 4Ψ in all (the same as DDP's all-reduce), plus 2(N-1)/N bytes per
-   parameter for the marks.
+   weights, 2(N-1)/N · 4Ψ in all (DDP's all-reduce), plus 2(N-1)/N bytes per parameter for the marks.
 4. Gradient clipping needs the norm of the *whole* averaged gradient, which no rank holds:
    :meth:`clip_grad_norm_` computes it with an all-reduce of one number.
 """

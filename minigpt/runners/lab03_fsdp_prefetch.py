@@ -4,14 +4,13 @@
     torchrun --nproc_per_node=2 lab/03_fsdp_prefetch.py --variants fsdp2-implicit,fsdp1-backward-post --steps 5
     python lab/03_fsdp_prefetch.py --render lab/results/03-prefetch-cpu.json
 
-The page, with what each variant measured and why: lab/03-fsdp-prefetch.md. FSDP cuts the model
-into *units*: here each transformer block is one unit and the root (the embeddings, the final norm
-and the tied output layer) is another. Between uses, every rank keeps only its shard (1/N) of a
-unit's parameters. Before a unit computes, an **all-gather** makes its parameters whole on every
-rank; after it, they are freed again (resharded); after its backward, a **reduce-scatter** leaves
-each rank the averaged gradient of its own shard. **Prefetching** issues a unit's all-gather
-*before* the unit needs it - while an earlier unit computes - so that the communication hides
-behind computation instead of stopping it.
+The page: lab/03-fsdp-prefetch.md. FSDP cuts the model into *units*: here each transformer block is
+one unit and the root (the embeddings, the final norm and the tied output layer) is another. Between
+uses, every rank keeps only its shard (1/N) of a unit's parameters. Before a unit computes, an
+**all-gather** makes its parameters whole on every rank; after it, they are freed again (resharded);
+after its backward, a **reduce-scatter** leaves each rank the averaged gradient of its own shard.
+**Prefetching** issues a unit's all-gather *before* the unit needs it - while an earlier unit
+computes - so that the communication hides behind computation instead of stopping it.
 
 The variants (:data:`~minigpt.fsdp.variants.VARIANTS`), each trained ``--steps`` steps (the first
 steps of :class:`~minigpt.train.TrainConfig`'s AdamW schedule) from the same seed, step by step in turn:
@@ -35,9 +34,9 @@ GPU, FSDP's separate CUDA streams do that for every variant).
 
 For every variant the lab records (:mod:`minigpt.fsdp.trace`) the order of events, a timeline
 figure, the all-gathers, reduce-scatters and all-reduces per step, the bytes each rank sends, the
-step time and the exposed communication time. It checks every step against one process by Lab 01's
-rule (the harness's :class:`~minigpt.parallel.proof.Twin`: |logit difference| <= 1e-5 on the probe), and the order of the
-collectives against :func:`~minigpt.fsdp.variants.predict_event_order`, derived from FSDP's rules.
+step time and the exposed communication time. It checks every step against one process (the
+harness's :class:`~minigpt.parallel.proof.Twin`: |logit difference| <= 1e-5 on the probe), and the
+order of the collectives against :func:`~minigpt.fsdp.variants.predict_event_order`, from FSDP's rules.
 """
 
 from __future__ import annotations
