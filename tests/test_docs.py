@@ -190,6 +190,18 @@ CHECK_PAGES = {
 }
 
 
+@pytest.mark.parametrize("what", ["times", "kernel-sets", "memory", "grades"])
+def test_the_committed_benchmark_tables_are_their_json_rendered(what):
+    """The tables the pages include (``lab/results/checks-<what>-cpu-{en,es}.txt``) are what
+    ``python -m minigpt.runners.checks <what> --render`` makes of the committed JSON, in both languages."""
+    from minigpt.pages.checks import fragment
+
+    result = json.loads((ROOT / "lab" / "results" / f"checks-{what}-cpu.json").read_text(encoding="utf-8"))
+    for lang in ("en", "es"):
+        committed = (ROOT / "lab" / "results" / f"checks-{what}-cpu-{lang}.txt").read_text(encoding="utf-8")
+        assert fragment(result, lang) == committed, f"checks-{what}-cpu-{lang}.txt: render it again"
+
+
 @pytest.mark.parametrize("lab", list(CHECK_PAGES))
 def test_each_lab_page_shows_its_checks_measured_times(lab):
     """Each lab with a default check shows, in both languages, the measured times of its checks, from

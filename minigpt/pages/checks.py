@@ -42,30 +42,31 @@ def _timed(r: dict, lang: str) -> list[str]:
     return [_seconds(r["median_seconds"], lang), " · ".join(_seconds(x["seconds"], lang) for x in r["runs"])]
 
 
-def _timed_head(result: dict, lang: str) -> list[str]:
-    return [
+def _timed_table(result: dict, rows: list[dict], lang: str, heads: list[str], own, verdict, left: int) -> str:
+    """A timed benchmark's table: the command (``heads[0]``), a column of its own (``heads[1]``,
+    ``own(row)``), the median and each run, and the run's verdict (``heads[2]``, ``verdict(row)``)."""
+    head = [
+        heads[0],
+        heads[1],
         tr(lang, f"median of {result['repeats']}", f"mediana de {result['repeats']}"),
         tr(lang, "each run", "cada ejecución"),
+        heads[2],
     ]
+    body = [[f"`{r['command']}`", own(r), *_timed(r, lang), verdict(r)] for r in rows]
+    return table(head, body, left=left) + _machine(result, lang, rows)
 
 
 def times(result: dict, rows: list[dict], lang: str) -> str:
-    body = [
-        [
-            f"`{r['command']}`",
-            num(r["ranks"], lang),
-            *_timed(r, lang),
-            tr(lang, "yes", "sí") if all(x["exit"] == 0 for x in r["runs"]) else tr(lang, "**no**", "**no**"),
-        ]
-        for r in rows
-    ]
-    head = [
+    heads = [
         tr(lang, "default check (torchrun --standalone)", "comprobación por defecto (torchrun --standalone)"),
         tr(lang, "ranks", "ranks"),
-        *_timed_head(result, lang),
         tr(lang, "passed", "pasó"),
     ]
-    return table(head, body, left=1) + _machine(result, lang, rows)
+
+    def passed(r: dict) -> str:
+        return tr(lang, "yes", "sí") if all(x["exit"] == 0 for x in r["runs"]) else "**no**"
+
+    return _timed_table(result, rows, lang, heads, lambda r: num(r["ranks"], lang), passed, left=1)
 
 
 def kernel_sets(result: dict, rows: list[dict], lang: str) -> str:
@@ -130,22 +131,12 @@ def grades(result: dict, rows: list[dict], lang: str) -> str:
         points = " · ".join(f"{num(x['earned'], lang)}/{num(x['total'], lang)}" for x in r["runs"])
         return points if all(x["exit"] == 0 and x["as_expected"] for x in r["runs"]) else f"**{points}**"
 
-    body = [
-        [
-            f"`{r['command']}`",
-            code(r),
-            *_timed(r, lang),
-            score(r),
-        ]
-        for r in rows
-    ]
-    head = [
+    heads = [
         tr(lang, "grading", "calificación"),
         tr(lang, "the code graded", "el código calificado"),
-        *_timed_head(result, lang),
         tr(lang, "points, each run", "puntos, cada ejecución"),
     ]
-    return table(head, body, left=2) + _machine(result, lang, rows)
+    return _timed_table(result, rows, lang, heads, code, score, left=2)
 
 
 def fragment(result: dict, lang: str) -> str:
