@@ -48,20 +48,46 @@ class Lab:
     summary: Callable[[dict], list[str]] | None = None  # the report's lines, printed before rendering
 
 
-def add_run_flags(p: argparse.ArgumentParser, quiet: bool = True) -> None:
-    """``--impl``, ``--timeout``, ``--report`` and ``--render`` (and ``--quiet``): a distributed lab's
-    own flags, the same in every lab that runs the learner's code."""
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
-    )
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
+def add_run_flags(
+    p: argparse.ArgumentParser,
+    quiet: bool = True,
+    learner_code: bool = True,
+    timeout_s: float = launch.DEFAULT_TIMEOUT_S,
+    trace: str | None = None,
+) -> None:
+    """A distributed lab's own flags, the same in every lab: ``--impl`` (where it runs the learner's
+    code), ``--timeout``, ``--quiet``, ``--report``, ``--render``, and ``--trace DIR`` where the
+    profiler records a few steps as ``DIR/<trace>-rank<r>.json.gz``."""
+    if learner_code:
+        p.add_argument(
+            "--impl",
+            choices=impl.IMPLS,
+            default=None,
+            help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
+        )
+    p.add_argument("--timeout", type=cli.SECONDS, default=timeout_s, help="seconds a collective may wait for a peer")
     if quiet:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    p.add_argument(
+        "--report", metavar="FILE", help="write the measurements as JSON here (rank 0; default: not written)"
+    )
+    p.add_argument("--render", metavar="JSON", help="only render a report's tables and figures (English and Spanish)")
+    if trace:
+        p.add_argument(
+            "--trace",
+            metavar="DIR",
+            help="write the PyTorch profiler's trace of a few steps, one Chrome trace JSON per rank "
+            f"(DIR/{trace}-rank<r>.json.gz: open it in ui.perfetto.dev)",
+        )
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """``--report`` and ``--trace`` writable, or :class:`minigpt.cli.BadInput`: rank 0 writes them, and
+    every rank checks them, so that every rank refuses."""
+    if getattr(args, "report", None):
+        cli.output_file(args.report, "--report")
+    if getattr(args, "trace", None):
+        cli.output_dir(args.trace, "--trace")
 
 
 def add_check_flags(
@@ -230,8 +256,7 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
         if lab.world_size is not None:
             world_size = lab.world_size()
         check_proof_flags(args)
-        if getattr(args, "report", None):  # rank 0 writes it; every rank checks it, so that every rank refuses
-            cli.output_file(args.report, "--report")
+        check_outputs(args)
         settings = lab.check_args(args, world_size)
         where = placement(lab.prog, args, argv, world_size, lambda n: lab.check_args(args, n))
     except NotImplementedError as exc:

@@ -93,34 +93,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_DDP_STEPS,
         help="--check: steps PyTorch's DDP trains beside ours, bit for bit (--full: every step, and the ring too)",
     )
-    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0; default: not written)")
-    p.add_argument(
-        "--timeout",
-        type=cli.SECONDS,
-        default=launch.DEFAULT_TIMEOUT_S,
-        help="seconds any collective may wait for a peer before this rank gives up",
-    )
-    p.add_argument(
-        "--impl",
-        choices=impl.IMPLS,
-        default=None,
-        help="whose BucketedDDP and ring: the reference or yours in lab/exercises/ "
-        "(default: $MINIGPT_IMPL or reference)",
-    )
     p.add_argument(
         "--test-sentences",
         type=cli.POSITIVE_INT,
         default=None,
         help="score the tutor on the first N held-out test sentences (default: all 1209)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--trace",
-        metavar="DIR",
-        help="write the PyTorch profiler's trace of a few steps, one Chrome trace JSON per rank "
-        "(DIR/lab01-rank<r>.json.gz: open it in ui.perfetto.dev)",
-    )
-    p.add_argument("--render", metavar="JSON", help="only render a --check report's rulers (English and Spanish)")
+    entry.add_run_flags(p, trace="lab01")
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
@@ -140,8 +119,6 @@ def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
             f"{cfg.batch_size} over {world_size} ranks) cannot be cut into {cfg.accum} equal micro-batches; "
             f"give an --accum that divides {cfg.batch_size // world_size}"
         )
-    if args.trace:
-        cli.output_dir(args.trace, "--trace")
     return cfg
 
 

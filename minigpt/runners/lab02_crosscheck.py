@@ -413,9 +413,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"steps of the float64 run (at least {proof.FP64_MIN_STEPS})",
     )
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and batches of every variant")
-    p.add_argument("--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="collective timeout, seconds")
-    p.add_argument("--report", help="write the measurements as JSON here (default: not written)")
-    p.add_argument("--render", metavar="JSON", help="only render a report's tables (English and Spanish)")
+    entry.add_run_flags(p, quiet=False, learner_code=False)
     p.add_argument(
         "--sizes",
         metavar="LIST",
@@ -455,8 +453,7 @@ def check_args(args: argparse.Namespace) -> list:
     if args.sizes is not None:
         _, _, world_size = launch.torchrun_env()
         cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
-        if args.report:
-            cli.output_file(args.report, "--report")
+        entry.check_outputs(args)
         return check_sizes(args)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
@@ -466,8 +463,7 @@ def check_args(args: argparse.Namespace) -> list:
         raise cli.BadInput(f"--variants {args.variants!r}: empty; choose from {', '.join(VARIANTS)}")
     _, _, world_size = launch.torchrun_env()
     cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
-    if args.report:  # rank 0 writes it; every rank checks it, so that every rank refuses
-        cli.output_file(args.report, "--report")
+    entry.check_outputs(args)
     return variants
 
 

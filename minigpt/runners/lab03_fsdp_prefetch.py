@@ -220,22 +220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="training steps per variant (the first of TrainConfig's schedule)",
     )
     p.add_argument("--seed", type=cli.SEED, default=0, help="the weights and batches of every variant")
-    p.add_argument("--report", metavar="FILE", help="write the results as JSON (rank 0)")
     p.add_argument("--trace-dir", metavar="DIR", help="write per variant its event log and timeline figures (rank 0)")
-    p.add_argument(
-        "--trace",
-        metavar="DIR",
-        help="write the PyTorch profiler's trace of a few steps of every variant, one Chrome trace JSON per rank "
-        "(DIR/lab03-rank<r>.json.gz: open it in ui.perfetto.dev)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=cli.SECONDS,
-        default=launch.DEFAULT_TIMEOUT_S,
-        help="seconds any collective may wait for a peer before this rank gives up",
-    )
-    p.add_argument("--quiet", action="store_true", help="only the final table")
-    p.add_argument("--render", metavar="JSON", help="only draw the tables and figures of a report (no training)")
+    entry.add_run_flags(p, learner_code=False, trace="lab03")
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
@@ -259,10 +245,7 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     # rank 0 writes the report and the traces; every rank checks them, so that every rank refuses
     if args.trace_dir:
         cli.output_dir(args.trace_dir, "--trace-dir")
-    if args.trace:
-        cli.output_dir(args.trace, "--trace")
-    if args.report:
-        cli.output_file(args.report, "--report")
+    entry.check_outputs(args)
     return names, cfg
 
 

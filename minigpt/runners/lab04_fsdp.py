@@ -565,21 +565,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="tutor accuracy on this many test sentences (default: all)",
     )
-    entry.add_run_flags(p)
-    p.add_argument(
-        "--trace",
-        metavar="DIR",
-        help="write the PyTorch profiler's trace of a few steps, one Chrome trace JSON per rank "
-        "(DIR/lab04-rank<r>.json.gz: open it in ui.perfetto.dev)",
-    )
+    entry.add_run_flags(p, trace="lab04")
     cli.add_device_flag(p)
     return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace, world_size: int) -> TrainConfig:
     cfg = TrainConfig(steps=args.steps, seed=args.seed)
-    if args.trace:
-        cli.output_dir(args.trace, "--trace")
     cli.divisible_by_world(None, cfg.batch_size, world_size)
     if args.check:
         cli.need_world_size(world_size, 2, "--check compares a sharded run of 2 ranks or more with one process")
