@@ -11,7 +11,8 @@ where ``LAB = entry.Lab(prog, parse_args, check_args, measure, ...)``:
 * ``check_args(args, world_size)`` - the settings, or ``ValueError`` naming the value that cannot
   work (before any process group exists: every rank refuses with the same line, exit 2);
 * ``measure(settings, args, ctx)`` - the lab's work; it returns the report, whose
-  ``criterion_pass`` (when present) is the exit status: 0 when every criterion holds, 1 otherwise;
+  ``criterion_pass`` (or the lab's ``verdict_key``; when present) is the exit status: 0 when every
+  criterion holds, 1 otherwise;
 * ``render(path)`` - the page's fragments from a report (``--render JSON``), with the keys a
   report must have and an example path for the refusal line.
 """
@@ -46,6 +47,7 @@ class Lab:
     render_example: str = ""
     world_size: Callable[[], int] | None = None  # the world size check_args sees (default: WORLD_SIZE)
     summary: Callable[[dict], list[str]] | None = None  # the report's lines, printed before rendering
+    verdict_key: str = "criterion_pass"  # the report's key whose truth is exit status 0 (absent: 0)
 
 
 def add_run_flags(
@@ -266,7 +268,7 @@ def main(lab: Lab, argv: list[str] | None = None) -> int:
     ctx = start(args, where)
     report = launch.run(ctx, lab.prog, lambda: lab.measure(settings, args, ctx))
     launch.teardown()
-    return 0 if report.get("criterion_pass", True) else 1
+    return 0 if report.get(lab.verdict_key, True) else 1
 
 
 def one_process(

@@ -249,30 +249,20 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     return names, cfg
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.render:
-        from minigpt.pages.lab03_prefetch import render
+LAB = entry.Lab(
+    PROG,
+    parse_args,
+    check_args,
+    lambda settings, args, ctx: run(*settings, args, ctx),
+    "minigpt.pages.lab03_prefetch:render",
+    ("variants", "n_layer"),
+    "lab/results/03-prefetch-cpu.json",
+    verdict_key="passed",
+)
 
-        try:
-            written = render(
-                cli.input_json(args.render, "--render", ("variants", "n_layer"), "lab/results/03-prefetch-cpu.json")
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            return cli.refuse(PROG, str(exc) if isinstance(exc, cli.BadInput) else f"--render {args.render}: {exc}")
-        for path in written:
-            print(f"wrote {path}")
-        return 0
-    try:
-        _, _, world_size = launch.torchrun_env()
-        names, cfg = check_args(args, world_size)
-        where = entry.placement(PROG, args, argv, world_size, lambda n: check_args(args, n))
-    except (ValueError, RuntimeError) as exc:
-        return cli.refuse(PROG, str(exc))
-    ctx = entry.start(args, where)
-    report = launch.run(ctx, PROG, lambda: run(names, cfg, args, ctx))
-    launch.teardown()
-    return 0 if report["passed"] else 1
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(LAB, argv)
 
 
 def run(names: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
