@@ -117,6 +117,17 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def worker_of_rank(launcher_pid: int, rank: int) -> int:
+    """The process of ``rank`` among a torchrun's workers, by the ``RANK`` torchrun gave it (not by
+    process id: the ids wrap around at ``pid_max``, 32,768 on many machines, and a suite's threads
+    use them up)."""
+    for pid in children(launcher_pid):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                return pid
+    raise AssertionError(f"no worker of rank {rank} under torchrun {launcher_pid}: {children(launcher_pid)}")
+
+
 def ended(pid: int) -> bool:
     """The process has exited: gone from /proc, or a zombie its parent has not collected yet."""
     try:
@@ -152,8 +163,7 @@ def test_a_failed_rank_is_named_under_every_launcher(how, launcher):
         while "loss=" not in "".join(printed) and time.monotonic() < deadline and watched.poll() is None:
             time.sleep(0.5)
         assert "loss=" in "".join(printed), f"training never started: {''.join(seen)[-2000:]}"
-        worker = sorted(children(nodes[-1].pid))[-1]  # rank 1: the last worker torchrun started
-        rank0 = sorted(children(nodes[0].pid))[0]
+        worker, rank0 = worker_of_rank(nodes[-1].pid, 1), worker_of_rank(nodes[0].pid, 0)
         os.kill(worker, how)
         failed_at = time.monotonic()
         while watched.poll() is None and time.monotonic() - failed_at < limit(60):
