@@ -54,7 +54,6 @@ def add_run_flags(
     p: argparse.ArgumentParser,
     quiet: bool = True,
     learner_code: bool = True,
-    timeout_s: float = launch.DEFAULT_TIMEOUT_S,
     trace: str | None = None,
 ) -> None:
     """A distributed lab's own flags, the same in every lab: ``--impl`` (where it runs the learner's
@@ -67,7 +66,9 @@ def add_run_flags(
             default=None,
             help="the reference or your lab/exercises/ (default: $MINIGPT_IMPL or reference)",
         )
-    p.add_argument("--timeout", type=cli.SECONDS, default=timeout_s, help="seconds a collective may wait for a peer")
+    p.add_argument(
+        "--timeout", type=cli.SECONDS, default=launch.DEFAULT_TIMEOUT_S, help="seconds a collective may wait for a peer"
+    )
     if quiet:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument(

@@ -242,10 +242,8 @@ def check_args(args: argparse.Namespace, world_size: int) -> tuple[list[str], Tr
     if args.steps > cfg.steps:
         raise cli.BadInput(f"--steps {args.steps}: too large; give 1..{cfg.steps} (TrainConfig's schedule)")
     cli.divisible_by_world(None, cfg.batch_size, world_size)
-    # rank 0 writes the report and the traces; every rank checks them, so that every rank refuses
-    if args.trace_dir:
+    if args.trace_dir:  # rank 0 writes there; every rank checks it, so that every rank refuses
         cli.output_dir(args.trace_dir, "--trace-dir")
-    entry.check_outputs(args)
     return names, cfg
 
 
