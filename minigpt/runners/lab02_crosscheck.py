@@ -446,25 +446,22 @@ def check_sizes(args: argparse.Namespace) -> list[int]:
     return [int(w) for w in words]
 
 
-def check_args(args: argparse.Namespace) -> list:
-    """The variants (or, with ``--sizes``, the widths), or ValueError naming the value that cannot
-    work (the numbers were checked by their rules when parsed; the launcher's environment and the
-    world size here, before any group)."""
+def check_args(args: argparse.Namespace, world_size: int) -> tuple[list, TrainConfig]:
+    """The variants (or, with ``--sizes``, the widths) and the config, or ValueError naming the value
+    that cannot work (the numbers were checked by their rules when parsed; the world size here,
+    before any group)."""
+    cfg = TrainConfig(seed=args.seed, steps=max(args.steps, 1))
     if args.sizes is not None:
-        _, _, world_size = launch.torchrun_env()
-        cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
-        entry.check_outputs(args)
-        return check_sizes(args)
+        cli.divisible_by_world(None, cfg.batch_size, world_size)
+        return check_sizes(args), cfg
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         if v not in VARIANTS:
             raise cli.BadInput(f"--variants {args.variants}: unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     if not variants:
         raise cli.BadInput(f"--variants {args.variants!r}: empty; choose from {', '.join(VARIANTS)}")
-    _, _, world_size = launch.torchrun_env()
-    cli.divisible_by_world(None, TrainConfig().batch_size, world_size)
-    entry.check_outputs(args)
-    return variants
+    cli.divisible_by_world(None, cfg.batch_size, world_size)
+    return variants, cfg
 
 
 def measure(variants: list[str], cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContext) -> dict:
@@ -543,14 +540,10 @@ def lines_of(report: dict) -> list[str]:
     return [line.removeprefix("[rank 0] ") for line in lines]
 
 
-def check_settings(args: argparse.Namespace, world_size: int) -> tuple[list[str], TrainConfig]:
-    return check_args(args), TrainConfig(seed=args.seed, steps=max(args.steps, 1))
-
-
 LAB = entry.Lab(
     PROG,
     parse_args,
-    check_settings,
+    check_args,
     lambda settings, args, ctx: (sharding_pays if args.sizes else measure)(settings[0], settings[1], args, ctx),
     "minigpt.pages.lab02_crosscheck:render_files",
     ("variants", "world_size"),
