@@ -487,6 +487,39 @@ def scored_sentences(split: str, max_sentences: int | None, block_size: int = 32
     return n if max_sentences is None else min(max_sentences, n)
 
 
+def _batches(split: str, n: int, batch_size: int, block_size: int):
+    """The scorer's batches of the first ``n`` sentences of a split: ``(index, rows, sep_at, x, y, mask)``."""
+    rows_all, sep_all = tokenized(split, block_size)
+    for b, start in enumerate(range(0, n, batch_size)):
+        rows = torch.from_numpy(rows_all[start : start + batch_size][: n - start])
+        sep_at = torch.from_numpy(sep_all[start : start + batch_size][: n - start])
+        x, y = rows[:, :-1], rows[:, 1:]
+        mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
+        yield b, rows, sep_at, x, y, mask
+
+
+def _batch_loss(model, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
+    device = next(model.parameters()).device if isinstance(model, torch.nn.Module) else None  # a GPU's, there
+    _, loss = model(x.to(device), y.to(device), mask.to(device)) if device else model(x, y, mask)
+    return float(loss)
+
+
+@torch.no_grad()
+def split_loss(
+    model, split: str = "val", max_sentences: int | None = None, batch_size: int = 500, block_size: int = 32
+) -> float:
+    """The masked loss on a split, batch by batch as :func:`score` takes it (the same number, bit for
+    bit), without its greedy decoding: a forward pass per batch."""
+    n = scored_sentences(split, max_sentences, block_size)
+    was_training = model.training
+    model.eval()
+    loss_sum = 0.0
+    for _, rows, _, x, y, mask in _batches(split, n, batch_size, block_size):
+        loss_sum += _batch_loss(model, x, y, mask) * len(rows)
+    model.train(was_training)
+    return loss_sum / n
+
+
 @torch.no_grad()
 def batch_scores(
     model,
@@ -500,27 +533,21 @@ def batch_scores(
     correct, rows)``, zeros for a batch that ``mine(batch)`` leaves to another rank. The batches
     are the same whoever scores them, so a sum over ranks that split them is the one process's
     score, bit for bit (:func:`combine_scores`)."""
-    rows_all, sep_all = tokenized(split, block_size)
     n = scored_sentences(split, max_sentences, block_size)
     found = torch.zeros(score_batches(n, batch_size), 3, dtype=torch.float64)
     was_training = model.training
     model.eval()
-    for b, start in enumerate(range(0, n, batch_size)):
+    for b, rows, sep_at, x, y, mask in _batches(split, n, batch_size, block_size):
         if not mine(b):
             continue
-        rows = torch.from_numpy(rows_all[start : start + batch_size][: n - start])
-        sep_at = torch.from_numpy(sep_all[start : start + batch_size][: n - start])
-        x, y = rows[:, :-1], rows[:, 1:]
-        mask = (torch.arange(block_size)[None, :] >= sep_at[:, None]) & (y != PAD_ID)
-        device = next(model.parameters()).device if isinstance(model, torch.nn.Module) else None  # a GPU's, there
-        _, loss = model(x.to(device), y.to(device), mask.to(device)) if device else model(x, y, mask)
+        loss = _batch_loss(model, x, y, mask)
         prompts = [row[: s + 1].tolist() for row, s in zip(rows, sep_at.tolist())]
         outputs = model.generate(prompts, eos_id=EOS_ID)
         correct = 0
         for row, s, out in zip(rows.tolist(), sep_at.tolist(), outputs):
             target = row[s + 1 : row.index(EOS_ID, s) + 1]
             correct += out == target
-        found[b] = torch.tensor([float(loss) * len(rows), correct, len(rows)], dtype=torch.float64)
+        found[b] = torch.tensor([loss * len(rows), correct, len(rows)], dtype=torch.float64)
     model.train(was_training)
     return found
 

@@ -244,3 +244,16 @@ def test_the_scorers_batches_dealt_over_ranks_add_up_to_one_processs_score(world
     assert whole["total"] == n and 0 < whole["correct"] < n
     with pytest.raises(ValueError, match="no sentence was scored"):
         grammar.combine_scores(torch.zeros(5, 3, dtype=torch.float64))
+
+
+def test_the_split_loss_is_the_scorers_loss_without_decoding():
+    """The trainer's final validation loss (grammar.split_loss): the scorer's loss over the same batches,
+    bit for bit, and not one sentence decoded."""
+    tutor, n, size = _Tutor(), 1100, 250
+    expected = grammar.score(tutor, "test", max_sentences=n, batch_size=size)["loss"]
+
+    def no_decoding(prompts, eos_id):
+        raise AssertionError("split_loss decoded a sentence")
+
+    tutor.generate = no_decoding
+    assert grammar.split_loss(tutor, "test", max_sentences=n, batch_size=size) == expected

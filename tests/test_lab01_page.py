@@ -12,7 +12,7 @@ came from (lab/results/*.json, written by the lab's own scripts) or to the code.
 Numbers at the level of one float32 rounding depend on the CPU's kernels: the page states them as
 measured on the named machine, and as ranges over the kernel sets (tied here to the committed
 kernel-set runs); tests/test_kernel_sets.py checks the check itself on every kernel set this
-machine supports.
+machine supports below its own (the rest of the suite runs on its own).
 """
 
 from __future__ import annotations

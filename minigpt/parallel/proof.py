@@ -535,10 +535,13 @@ class Proof:
     twin_norm: str = "run"  # the float32 twin clips with the run's norm ("run") or its own ("own")
     report: dict = field(default_factory=dict)
     verdict: Verdict = field(default_factory=Verdict)
+    first: FirstStep | None = None  # the system's first step that ruler 2 measured (a lab may hold it to more)
 
     def first_step(self, build: Callable[[TrainConfig], System], cfg: TrainConfig, ctx) -> dict:
         """Ruler 2 on a fresh float32 system."""
-        found = first_step_diffs(build(replace(cfg, dtype="float32")).first_step(), replace(cfg, dtype="float32"), ctx)
+        f32 = replace(cfg, dtype="float32")
+        self.first = build(f32).first_step()
+        found = first_step_diffs(self.first, f32, ctx)
         self.report.update(fp32_first_step_logit_diff=found["logit_diff"], fp32_first_step_grad_diff=found["grad_diff"])
         return found
 

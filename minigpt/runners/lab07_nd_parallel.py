@@ -320,16 +320,13 @@ def batch_logits(first: proof.FirstStep, mine: bool, cfg: TrainConfig) -> torch.
 # One layout, proved
 
 
-def against_pytorch(
-    cfg: TrainConfig, mesh: NDMesh, groups: dict, ctx: launch.DistContext, cp_factor: bool = True
-) -> dict:
+def against_pytorch(cfg: TrainConfig, mesh: NDMesh, our_first: proof.FirstStep, ctx: launch.DistContext) -> dict:
     """PyTorch's composition on the same mesh: the first step's logits of the whole batch and every
-    whole gradient against ours, and its own float32 step drift over the same run."""
+    whole gradient against ours (``our_first``, the one the harness's ruler 2 measured), and its own
+    float32 step drift over the same run."""
 
     f32 = replace(cfg, dtype="float32")
-    ours = NDSystem(f32, mesh, groups, cp_factor, ctx.device)
-    our_first = ours.first_step()
-    mine = batch_logits(our_first, ours.coords["tp"] == 0, f32)
+    mine = batch_logits(our_first, mesh.coords(ctx.rank)["tp"] == 0, f32)
     torch_first = TorchNDSystem(f32, mesh, ctx.device)
     their_first = torch_first.first_step()
     theirs = batch_logits(their_first, torch_first.tp_rank == 0, f32)
@@ -380,7 +377,7 @@ def run_layout(cfg: TrainConfig, mesh: NDMesh, args: argparse.Namespace, ctx: la
     system, run, check = prove(build, cfg, name_of(mesh), args, ctx)
     theirs = {}
     if args.check:
-        theirs = against_pytorch(cfg, mesh, groups, ctx, not args.drop_cp_factor)
+        theirs = against_pytorch(cfg, mesh, check.first, ctx)
         check.report.update(theirs)
     digests = [None] * ctx.world_size
     dist.all_gather_object(digests, system.digests())
