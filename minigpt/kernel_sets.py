@@ -17,6 +17,7 @@ a rank under a kernel set, since the libraries read the variables only at start-
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -43,9 +44,10 @@ def environment(kernel_set: str) -> dict[str, str]:
     return {**os.environ, **KERNEL_SETS[kernel_set], "OMP_NUM_THREADS": "1"}
 
 
+@functools.cache
 def native_capability() -> str:
     """What PyTorch picks on this CPU when nothing holds it back (a fresh process without the
-    three variables, which it reads only at start-up)."""
+    three variables, which it reads only at start-up; asked once per process)."""
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
