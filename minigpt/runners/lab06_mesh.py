@@ -339,8 +339,8 @@ def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContex
         dist.all_gather_object(digests, replicated_digest(system.run.model))
         # the whole parameters: the same bits on every rank of every tp group (and across dp)
         out["replicated_bit_identical"] = len(set(digests)) == 1
-        theirs_first = first_step_of(TorchDpTpSystem(cfg, dp, tp, ctx.device), cfg)
-        ours_first = first_step_of(DpTpSystem(cfg, dp, tp, ctx.device), cfg)
+        theirs_first = TorchDpTpSystem(cfg, dp, tp, ctx.device).first_step()
+        ours_first = check.first  # the first step ruler 2 measured
         diff = torch.tensor(
             [float((theirs_first.logits - ours_first.logits).abs().max())], dtype=torch.float64, device=ctx.device
         )
@@ -354,11 +354,6 @@ def run_dp_tp(cfg: TrainConfig, args: argparse.Namespace, ctx: launch.DistContex
         out["pytorch_step_drift"] = theirs.summary()
     out["rulers"] = check.report
     return out
-
-
-def first_step_of(system, cfg: TrainConfig) -> proof.FirstStep:
-    """A system's first step (its logits of its rows)."""
-    return system.first_step()
 
 
 # ----------------------------------------------------------------------------------------------
