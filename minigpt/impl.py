@@ -24,6 +24,7 @@ names the exercise the test is for, not the first stub on the call path.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -242,6 +243,36 @@ def reference(module: str, name: str):
         raise KeyError(f"no exercise {module}.{name}; known: {known}") from None
     mod_name, attr = target.split(":")
     return getattr(importlib.import_module(mod_name), attr)
+
+
+def untouched(exercise: str) -> str | None:
+    """The message of the stub that ``exercise`` still is in the learner's file (the first of its names
+    whose body is only the ``raise NotImplementedError("Exercise N.M: ...")`` it came with, and that
+    nothing assigns again further down), or None once any of it is written. Read from the file, not
+    run: a notebook asks before it starts ranks that would only stop there."""
+    module, names = EXERCISES[exercise]
+    path = exercises_dir() / f"{module}.py"
+    if not names or not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assigned = {ast.unparse(t) for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
+    for name in names:
+        if name in assigned:  # ``name = ...`` or ``Class.method = ...`` after the stub: written
+            continue
+        *owner, leaf = name.split(".")
+        scope = tree.body
+        for cls in owner:
+            scope = next((n.body for n in scope if isinstance(n, ast.ClassDef) and n.name == cls), [])
+        found = [n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == leaf]
+        body = found[-1].body if found else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        if len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call):
+            call = body[0].exc
+            named = isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError"
+            if named and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                return call.args[0].value
+    return None
 
 
 def load(module: str, name: str, impl: str | None = None):
