@@ -84,8 +84,10 @@ def test_check_pins_refuses_pins_whose_markers_overlap(tmp_path):
 
 def test_the_world_of_one_needs_no_store_that_windows_lacks(tmp_path):
     """Windows' torch has no HashStore: taken away here, launch.init() still starts a world of one, its collectives
-    run, and its store (a file in the temporary folder) is gone after teardown."""
+    run, and its store (a file in the temporary folder) is gone after teardown, and after a rank that stops with
+    launch.fail (which exits without running the store's destructor)."""
     code = """
+import os, sys
 import torch
 import torch.distributed as dist
 del dist.HashStore
@@ -95,10 +97,14 @@ t = torch.arange(4.0)
 dist.all_reduce(t)
 assert ctx.world_size == 1 and t.tolist() == [0.0, 1.0, 2.0, 3.0]
 launch.teardown()
-print("ok")
+print("ok", os.listdir(sys.argv[1]))
+ctx = launch.init()
+assert len(os.listdir(sys.argv[1])) == 1
+launch.fail(ctx, "stopped on purpose", code=2)
 """
-    proc = run([sys.executable, "-c", code], timeout=limit(120), env={"TMPDIR": str(tmp_path)})
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    proc = run([sys.executable, "-c", code, str(tmp_path)], timeout=limit(120), env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2 and proc.stdout.strip() == "ok []", (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == "[rank 0] error: stopped on purpose", proc.stderr
     assert list(tmp_path.iterdir()) == [], "the world of one left its store behind"
     assert not [p for p in (ROOT / "minigpt").rglob("*.py") if "HashStore" in p.read_text(encoding="utf-8")]
 

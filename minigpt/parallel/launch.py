@@ -58,6 +58,7 @@ STOP_GRACE_S = 5.0  # how long a survivor waits for torchrun to stop it after a 
 _PEERS: list[tuple[str, int]] = []
 _CTX: DistContext | None = None
 _REPORTED = False  # this rank has already printed why it stops
+_OWN_STORE: Path | None = None  # a world of one's store file: os._exit skips the destructor that removes it
 
 
 @dataclass(frozen=True)
@@ -249,8 +250,10 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S, placement: Placement | None = Non
     else:  # plain python: a world of one over a private store, so collectives still work
         # a FileStore (a file in the temporary folder, removed with the group): it exists on every
         # platform, where torch's in-memory store is not built on Windows
+        global _OWN_STORE
         path = Path(tempfile.gettempdir()) / f"minigpt-store-{os.getpid()}-{uuid.uuid4().hex}"
         store = dist.FileStore(str(path), 1)
+        _OWN_STORE = path
         _start_group(backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
     ctx = DistContext(rank, local_rank, world_size, backend, device, timeout_s)
     global _CTX
@@ -474,7 +477,7 @@ def fail(ctx: DistContext | None, message: str, code: int = 1) -> None:
     cli.say_on_stderr(line)
     sys.stdout.flush()
     cli.tell_torchrun(line)
-    os._exit(code)
+    _exit(code)
 
 
 def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: float) -> None:
@@ -500,7 +503,15 @@ def fail_collective(ctx: DistContext | None, exc: BaseException, timeout_s: floa
             # time torchrun notes for the dead rank (it has none of its own): rank 0 would be blamed.
             time.sleep(STOP_GRACE_S)  # torchrun's SIGTERM normally ends this rank long before
     cli.tell_torchrun(line)
-    os._exit(1)
+    _exit(1)
+
+
+def _exit(code: int) -> None:
+    """``os._exit(code)``, after removing a world of one's store file, which only the store's
+    destructor removes otherwise (and ``os._exit`` runs none)."""
+    if _OWN_STORE is not None:
+        _OWN_STORE.unlink(missing_ok=True)
+    os._exit(code)
 
 
 def collective_failure_line(
