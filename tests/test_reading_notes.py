@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 from minigpt.fsdp.annotations import (
     ANNOTATIONS,
     NOTES_DIR,
@@ -90,7 +95,6 @@ def test_every_title_intro_and_note_is_non_empty_in_both_languages():
 
 
 def test_the_notes_ship_with_the_package():
-    tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     patterns = config["tool"]["setuptools"]["package-data"]["minigpt"]
     package = ROOT / "minigpt"

@@ -330,14 +330,23 @@ def test_gpt_param_count_is_minigpts():
     assert za.gpt_block_params(cfg.n_embd) == sum(p.numel() for p in model.blocks[0].parameters())
 
 
-def test_generator_writes_every_table_and_figure(tmp_path):
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """Every table and figure written once by ``python -m minigpt.pages`` into a temporary folder: the
+    tables' folder, the figures' folder and the words it printed."""
     from minigpt.pages import site
 
-    tables_dir, figures_dir = tmp_path / "tables", tmp_path / "figures"
+    tables_dir, figures_dir = tmp_path_factory.mktemp("tables"), tmp_path_factory.mktemp("figures")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert site.main(["--tables-dir", str(tables_dir), "--figures-dir", str(figures_dir), "--no-pages"]) == 0
-    printed = out.getvalue().split()
+    return tables_dir, figures_dir, out.getvalue().split()
+
+
+def test_generator_writes_every_table_and_figure(generated):
+    from minigpt.pages import site
+
+    tables_dir, figures_dir, printed = generated
     for name in site.FRAGMENTS:
         for lang in LANGS:
             assert str(tables_dir / f"{name}-{lang}.md") in printed
@@ -355,10 +364,57 @@ def test_generator_writes_every_table_and_figure(tmp_path):
             path = figures_dir / f"{name}-{lang}.png"
             assert str(path) in printed
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-            # the committed figure the pages show on the forge (and, through docs/figures, on the site)
-            committed = ROOT / "figures" / path.name
-            assert committed.is_file() and committed.read_bytes() == path.read_bytes(), (
-                f"figures/{path.name} is out of date: run python -m minigpt.pages and commit it"
+
+
+PLOTTING = ("matplotlib", "pillow")  # what draws a figure and writes its PNG: their versions decide its bytes
+
+
+def drawing_stack(constraints: str) -> dict[str, str]:
+    """The versions of :data:`PLOTTING` that ``constraints.txt`` pins for the newest Pythons (the line
+    without a marker, or the one for ``python_version >= ...``): the ones the committed figures are
+    drawn with. An older Python gets older releases (Python 3.10: matplotlib 3.10), which lay out
+    text a pixel or two differently."""
+    stack = {}
+    for line in constraints.splitlines():
+        pin, _, marker = line.partition(";")
+        name, _, version = pin.strip().partition("==")
+        if name.lower() in PLOTTING and (not marker.strip() or ">=" in marker):
+            stack[name.lower()] = version.strip()
+    assert set(stack) == set(PLOTTING), f"constraints.txt pins no {set(PLOTTING) - set(stack)} for the newest Pythons"
+    return stack
+
+
+def test_drawing_stack_reads_the_pins_for_the_newest_pythons():
+    text = 'matplotlib==3.10.9; python_version < "3.11"\nmatplotlib==3.11.2; python_version >= "3.11"\npillow==13.0.0\n'
+    assert drawing_stack(text) == {"matplotlib": "3.11.2", "pillow": "13.0.0"}
+    with pytest.raises(AssertionError, match="pillow"):
+        drawing_stack('matplotlib==3.11.2\npillow==12.3.0; python_version < "3.11"\n')
+
+
+def test_committed_figures_are_what_the_generator_draws(generated):
+    """Each figure of figures/ (which the pages show on the forge and, through docs/figures, on the site)
+    is byte for byte what ``python -m minigpt.pages`` draws now from the committed results, when matplotlib
+    and Pillow are the releases the figures are drawn with (:func:`drawing_stack`)."""
+    from importlib.metadata import version
+
+    from minigpt.pages import site
+
+    wanted = drawing_stack((ROOT / "constraints.txt").read_text(encoding="utf-8"))
+    here = {name: version(name) for name in PLOTTING}
+    if here != wanted:
+        python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+        pytest.skip(
+            f"figures/ is drawn with {' and '.join(f'{n} {v}' for n, v in wanted.items())} (constraints.txt's pins "
+            f"for the newest Pythons); this {python} has {' and '.join(f'{n} {v}' for n, v in here.items())}, which "
+            "place text a pixel or two apart, so the figures are not compared byte for byte"
+        )
+    _, figures_dir, _ = generated
+    for name in site.FIGURES:
+        for lang in LANGS:
+            drawn = figures_dir / f"{name}-{lang}.png"
+            committed = ROOT / "figures" / drawn.name
+            assert committed.is_file() and committed.read_bytes() == drawn.read_bytes(), (
+                f"figures/{drawn.name} is out of date: run python -m minigpt.pages and commit it"
             )
 
 
