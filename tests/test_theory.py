@@ -13,6 +13,7 @@ Plain tests (no points): they check the course's own material, not the learner's
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import math
@@ -369,26 +370,18 @@ def test_generator_writes_every_table_and_figure(generated):
 PLOTTING = ("matplotlib", "pillow")  # what draws a figure and writes its PNG: their versions decide its bytes
 
 
-def drawing_stack(constraints: str) -> dict[str, str]:
-    """The versions of :data:`PLOTTING` that ``constraints.txt`` pins for the newest Pythons (the line
-    without a marker, or the one for ``python_version >= ...``): the ones the committed figures are
-    drawn with. An older Python gets older releases (Python 3.10: matplotlib 3.10), which lay out
-    text a pixel or two differently."""
-    stack = {}
-    for line in constraints.splitlines():
-        pin, _, marker = line.partition(";")
-        name, _, version = pin.strip().partition("==")
-        if name.lower() in PLOTTING and (not marker.strip() or ">=" in marker):
-            stack[name.lower()] = version.strip()
-    assert set(stack) == set(PLOTTING), f"constraints.txt pins no {set(PLOTTING) - set(stack)} for the newest Pythons"
-    return stack
-
-
-def test_drawing_stack_reads_the_pins_for_the_newest_pythons():
-    text = 'matplotlib==3.10.9; python_version < "3.11"\nmatplotlib==3.11.2; python_version >= "3.11"\npillow==13.0.0\n'
-    assert drawing_stack(text) == {"matplotlib": "3.11.2", "pillow": "13.0.0"}
-    with pytest.raises(AssertionError, match="pillow"):
-        drawing_stack('matplotlib==3.11.2\npillow==12.3.0; python_version < "3.11"\n')
+def drawing_stack() -> dict[str, str]:
+    """The versions of :data:`PLOTTING` that ``constraints.txt`` pins for the newest Python the course supports
+    on Linux, read and matched with ``make check-pins``' own reader (``.ci/check_pins.py``): the ones the
+    committed figures are drawn with. An older Python gets older releases (Python 3.10: matplotlib 3.10),
+    which lay text out a pixel or two differently."""
+    spec = importlib.util.spec_from_file_location("check_pins", ROOT / ".ci" / "check_pins.py")
+    check_pins = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(check_pins)
+    path = ROOT / "constraints.txt"
+    newest = check_pins.target_markers(check_pins.PYTHONS[-1], check_pins.SYSTEMS["linux-x86_64"])
+    pins = check_pins.pins_for(check_pins.read_pins(path), newest, path)
+    return {name: pins[name].version for name in PLOTTING}
 
 
 def test_committed_figures_are_what_the_generator_draws(generated):
@@ -399,13 +392,13 @@ def test_committed_figures_are_what_the_generator_draws(generated):
 
     from minigpt.pages import site
 
-    wanted = drawing_stack((ROOT / "constraints.txt").read_text(encoding="utf-8"))
+    wanted = drawing_stack()
     here = {name: version(name) for name in PLOTTING}
     if here != wanted:
         python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
         pytest.skip(
             f"figures/ is drawn with {' and '.join(f'{n} {v}' for n, v in wanted.items())} (constraints.txt's pins "
-            f"for the newest Pythons); this {python} has {' and '.join(f'{n} {v}' for n, v in here.items())}, which "
+            f"for the newest Python); this {python} has {' and '.join(f'{n} {v}' for n, v in here.items())}, which "
             "place text a pixel or two apart, so the figures are not compared byte for byte"
         )
     _, figures_dir, _ = generated
