@@ -46,16 +46,21 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ENGLISH = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.endswith(".es.ipynb"))
 NOT_WRITTEN = {"en": "not written yet: Exercise ", "es": "sin escribir todavía: Ejercicio "}
-# seconds each notebook took in one suite run (quiet two-core machine, before they ran two at a time):
-# only the order they start in, the longest first, so that no long one is left for last
+# seconds each notebook's kernel took on the lane in one suite run (MINIGPT_LANE_LOG, a quiet two-core machine):
+# only the order they start in, the longest first, so that no long one is left for last; 5 s for the others
 SECONDS = {
-    "05-tensor-and-context-parallel.ipynb": 20,
-    "01-ddp-from-scratch.ipynb": 22,
-    "01-ddp-from-scratch.es.ipynb": 14,
-    "06-pipelines-and-meshes.ipynb": 13,
-    "00-minigpt-baseline.es.ipynb": 13,
-    "00-minigpt-baseline.ipynb": 12,
-    "05-tensor-and-context-parallel.es.ipynb": 9,
+    "05-tensor-and-context-parallel.ipynb": 62,
+    "01-ddp-from-scratch.ipynb": 33,
+    "06-pipelines-and-meshes.ipynb": 28,
+    "00-minigpt-baseline.es.ipynb": 20,
+    "00-minigpt-baseline.ipynb": 19,
+    "05-tensor-and-context-parallel.es.ipynb": 16,
+    "02-zero-simulator.ipynb": 12,
+    "06-pipelines-and-meshes.es.ipynb": 10,
+    "03-fsdp-prefetch.es.ipynb": 9,
+    "03-fsdp-prefetch.ipynb": 8,
+    "01-ddp-from-scratch.es.ipynb": 7,
+    "02-zero-simulator.es.ipynb": 7,
 }
 SCORE_LINE = re.compile(r"^\s+(P?\d+\.\d+)\s+(\d+)/(\d+)\b", re.MULTILINE)
 # a prediction's section opens with this heading (minigpt/predictions.py: "Predict, then run")
