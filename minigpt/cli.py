@@ -58,7 +58,9 @@ TORCHRUN_EPILOG = (
 )
 
 
-PEERS_GRACE_S = 2.0  # under torchrun, how long a refusing rank waits for its peers to say it too
+# under torchrun, how long a refusing rank waits at most for the other workers of its machine to say it
+# too (times MINIGPT_TIME_SCALE): it goes on as soon as every one has
+PEERS_GRACE_S = 10.0
 
 
 TIME_SCALE_VARIABLE = "MINIGPT_TIME_SCALE"
@@ -107,11 +109,32 @@ def stop(prog: str, message: str, code: int = 1) -> int:
     line = f"{rank_prefix()}{prog}: error: {message}"
     say_on_stderr(line)
     tell_torchrun(line)
-    if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("WORLD_SIZE", "1").strip() not in ("0", "1"):
-        # torchrun stops every worker as soon as one exits; the others, checking the same values a
-        # moment later, would be killed before they print their own line
-        time.sleep(PEERS_GRACE_S)
+    wait_for_peers()
     return code
+
+
+def wait_for_peers() -> None:
+    """Under torchrun, return once every worker of this machine has written its error file (each
+    one that stops writes it, :func:`tell_torchrun`), or after :data:`PEERS_GRACE_S` seconds.
+
+    torchrun stops every worker as soon as one exits: a peer that reaches the same check a few
+    seconds later (still importing torch on a busy machine) would be killed before it prints its
+    own line. torchrun gives worker ``k`` of this machine the file
+    ``<log dir>/<run id>/attempt_<n>/<k>/error.json``, so the peers' files are this file's
+    siblings; a peer that never stops (it waits in a collective) costs the whole grace."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    peers = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")).strip()
+    if not path or not peers.isdigit() or int(peers) < 2:
+        return
+    attempt = Path(path).parent.parent
+    files = [attempt / str(k) / Path(path).name for k in range(int(peers))]
+    try:
+        grace = PEERS_GRACE_S * time_scale()
+    except ValueError:  # a bad MINIGPT_TIME_SCALE: its own refusal says so
+        grace = PEERS_GRACE_S
+    deadline = time.monotonic() + grace
+    while not all(f.exists() for f in files) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def say_on_stderr(line: str) -> None:

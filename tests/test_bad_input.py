@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -590,6 +591,54 @@ def test_a_real_torchrun_shows_every_ranks_line(tmp_path):
     assert lines[-1].startswith("traceback : [rank ") and lines[-1].endswith(ours), lines[-12:]
     assert "Root Cause" in "\n".join(lines[-10:])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "logs"]
+
+
+def torchrun_worker(monkeypatch, tmp_path: Path, local_rank: int, local_world: int) -> Path:
+    """This process as worker ``local_rank`` of a torchrun of ``local_world`` on this machine: the
+    error file torchrun would give it (``<log dir>/<run id>/attempt_0/<k>/error.json``)."""
+    attempt = tmp_path / "run" / "attempt_0"
+    for k in range(local_world):
+        (attempt / str(k)).mkdir(parents=True, exist_ok=True)
+    for name, value in {"RANK": local_rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": local_world}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(attempt / str(local_rank) / "error.json"))
+    monkeypatch.delenv("MINIGPT_TIME_SCALE", raising=False)
+    return attempt
+
+
+@pytest.mark.timeout(60)
+def test_a_refusing_rank_waits_for_its_slower_peers_to_say_it_too(monkeypatch, tmp_path, capsys):
+    """torchrun stops every worker once one exits: rank 0 refuses and returns only once rank 1 (still
+    starting, here a thread that refuses 1 s later) has written its own error file, well before the
+    grace; with a peer that never refuses (it waits in a collective), after the grace."""
+    import threading
+
+    from minigpt import cli
+
+    attempt = torchrun_worker(monkeypatch, tmp_path, 0, 2)
+    monkeypatch.setattr(cli, "PEERS_GRACE_S", 30.0)
+    peer_wrote = threading.Event()
+
+    def slower_peer():
+        peer_wrote.wait(1.0)  # a second behind rank 0
+        (attempt / "1" / "error.json").write_text("{}")
+        peer_wrote.set()
+
+    threading.Thread(target=slower_peer, daemon=True).start()
+    started = time.monotonic()
+    assert cli.refuse("lab/01_ddp.py", "--steps 0: zero; give a positive integer") == 2
+    assert peer_wrote.is_set(), "rank 0 returned before rank 1 had said it"
+    assert time.monotonic() - started < cli.PEERS_GRACE_S / 2, "rank 0 waited out the grace, not for rank 1"
+    assert capsys.readouterr().err == "[rank 0] lab/01_ddp.py: error: --steps 0: zero; give a positive integer\n"
+    assert json.loads((attempt / "0" / "error.json").read_text())["message"]["message"].startswith("[rank 0] ")
+
+    # a peer that never refuses: the grace bounds the wait
+    silent = torchrun_worker(monkeypatch, tmp_path / "silent", 1, 3)
+    monkeypatch.setattr(cli, "PEERS_GRACE_S", 0.2)
+    (silent / "0" / "error.json").write_text("{}")
+    assert cli.refuse("lab/01_ddp.py", "--steps 0: zero; give a positive integer") == 2
+    assert not (silent / "2" / "error.json").exists() and (silent / "1" / "error.json").exists()
 
 
 @pytest.mark.timeout(180)
