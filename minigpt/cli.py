@@ -61,6 +61,8 @@ TORCHRUN_EPILOG = (
 # under torchrun, how long a refusing rank waits at most for the other workers of its machine to say it
 # too (times MINIGPT_TIME_SCALE): it goes on as soon as every one has
 PEERS_GRACE_S = 10.0
+# and at least this long when ranks run on other machines too, whose error files it cannot see
+REMOTE_PEERS_S = 2.0
 
 
 TIME_SCALE_VARIABLE = "MINIGPT_TIME_SCALE"
@@ -121,19 +123,23 @@ def wait_for_peers() -> None:
     seconds later (still importing torch on a busy machine) would be killed before it prints its
     own line. torchrun gives worker ``k`` of this machine the file
     ``<log dir>/<run id>/attempt_<n>/<k>/error.json``, so the peers' files are this file's
-    siblings; a peer that never stops (it waits in a collective) costs the whole grace."""
+    siblings; a peer that never stops (it waits in a collective) costs the whole grace. Peers on
+    other machines write where this one cannot see: with any, it waits :data:`REMOTE_PEERS_S` too."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    peers = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")).strip()
-    if not path or not peers.isdigit() or int(peers) < 2:
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    local = os.environ.get("LOCAL_WORLD_SIZE", world).strip()
+    if not path or not (world.isdigit() and local.isdigit()) or int(world) < 2:
         return
-    attempt = Path(path).parent.parent
-    files = [attempt / str(k) / Path(path).name for k in range(int(peers))]
+    files = [Path(path).parent.parent / str(k) / Path(path).name for k in range(int(local))]
     try:
         grace = PEERS_GRACE_S * time_scale()
     except ValueError:  # a bad MINIGPT_TIME_SCALE: its own refusal says so
         grace = PEERS_GRACE_S
-    deadline = time.monotonic() + grace
-    while not all(f.exists() for f in files) and time.monotonic() < deadline:
+    start = time.monotonic()
+    at_least = min(grace, REMOTE_PEERS_S) if int(world) > int(local) else 0.0
+    while time.monotonic() - start < grace:
+        if time.monotonic() - start >= at_least and all(f.exists() for f in files):
+            return
         time.sleep(0.05)
 
 

@@ -621,7 +621,7 @@ def test_a_refusing_rank_waits_for_its_slower_peers_to_say_it_too(monkeypatch, t
     peer_wrote = threading.Event()
 
     def slower_peer():
-        peer_wrote.wait(1.0)  # a second behind rank 0
+        time.sleep(1.0)  # a second behind rank 0
         (attempt / "1" / "error.json").write_text("{}")
         peer_wrote.set()
 
@@ -633,12 +633,23 @@ def test_a_refusing_rank_waits_for_its_slower_peers_to_say_it_too(monkeypatch, t
     assert capsys.readouterr().err == "[rank 0] lab/01_ddp.py: error: --steps 0: zero; give a positive integer\n"
     assert json.loads((attempt / "0" / "error.json").read_text())["message"]["message"].startswith("[rank 0] ")
 
-    # a peer that never refuses: the grace bounds the wait
+    # a peer that never refuses: the grace bounds the wait (without it, the test's time limit ends it)
     silent = torchrun_worker(monkeypatch, tmp_path / "silent", 1, 3)
     monkeypatch.setattr(cli, "PEERS_GRACE_S", 0.2)
     (silent / "0" / "error.json").write_text("{}")
     assert cli.refuse("lab/01_ddp.py", "--steps 0: zero; give a positive integer") == 2
-    assert not (silent / "2" / "error.json").exists() and (silent / "1" / "error.json").exists()
+    assert (silent / "1" / "error.json").exists()
+
+    # peers on another machine too (4 ranks, 2 here): every local file at once is not enough, it waits
+    # REMOTE_PEERS_S for the ones it cannot see
+    here = torchrun_worker(monkeypatch, tmp_path / "two-nodes", 0, 2)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setattr(cli, "PEERS_GRACE_S", 30.0)
+    monkeypatch.setattr(cli, "REMOTE_PEERS_S", 0.5)
+    (here / "1" / "error.json").write_text("{}")
+    started = time.monotonic()
+    assert cli.refuse("lab/01_ddp.py", "--steps 0: zero; give a positive integer") == 2
+    assert 0.5 <= time.monotonic() - started < 15, "a rank with remote peers waits REMOTE_PEERS_S, not the grace"
 
 
 @pytest.mark.timeout(180)
