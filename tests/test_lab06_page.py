@@ -87,8 +87,9 @@ def test_the_pipeline_runs_prove_what_the_page_says(stages):
 
 @pytest.mark.parametrize("stages", PIPELINE)
 def test_the_bubble_is_the_formula_with_one_micro_batch_and_above_it_with_more(stages):
-    """Section 4: with m = 1 the measurement comes close to (p-1)/(m+p-1); at the largest m both
-    schedules measure more than the formula."""
+    """Sections 5 and 7: with m = 1 the measurement comes close to (p-1)/(m+p-1); at every m above
+    the number of stages both schedules measure more than the formula (the pages say "at every
+    point with more micro-batches than stages")."""
     r = load(PIPELINE[stages])
     p = r["stages"]
     for schedule in SCHEDULES:
@@ -96,8 +97,8 @@ def test_the_bubble_is_the_formula_with_one_micro_batch_and_above_it_with_more(s
         for m, v in values.items():
             assert v["model"] == pytest.approx((p - 1) / (int(m) + p - 1)) == lab06.bubble_model(p, int(m))
         assert abs(values["1"]["measured"] - values["1"]["model"]) < 0.1, (schedule, values["1"])
-        largest = max(values, key=int)
-        assert int(largest) > p and values[largest]["measured"] > values[largest]["model"], (schedule, values)
+        above = {m: v for m, v in values.items() if int(m) > p}
+        assert above and all(v["measured"] > v["model"] for v in above.values()), (schedule, values)
 
 
 def test_the_mesh_run_proves_what_the_page_says():

@@ -247,3 +247,8 @@ def test_the_hsdp_paragraph_quotes_the_examples_table(lang):
         assert f"| {comma(size)} GB |" in table and f"{comma(size)} GB" in text, size
     ratio = comma(f"{30.8 / 80.5:.2f}")  # the two cells' ratio, as the paragraph writes it
     assert f"= {ratio} = {comma('30.8')} / {comma('80.5')}" in text, ratio
+    # on the same 16 GPUs, TP over a node sends more in `tp` alone than the guide's layout in all four
+    (_, _, guide, rows), (_, _, whole_node, _) = lab07.EXAMPLES[:2]
+    tp = lab07.example_bytes(lab07.EIGHT_B, whole_node, rows)["tp"]
+    every = sum(lab07.example_bytes(lab07.EIGHT_B, guide, rows).values())
+    assert tp > every and f"{comma(f'{tp / 1e9:.1f}')} GB" in text and f"{comma(f'{every / 1e9:.1f}')} GB" in text

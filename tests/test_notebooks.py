@@ -275,6 +275,21 @@ def test_tables_are_markdown_and_no_run_time_is_guessed(path):
     assert not GUESSED_TIME.findall(prose), GUESSED_TIME.findall(prose)
 
 
+PAGE_FIGURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)-(?:en|es)\.png\)")
+
+
+@pytest.mark.parametrize("path", TEACH_FIRST + [spanish(p) for p in TEACH_FIRST], ids=lambda p: p.name)
+def test_every_figure_of_the_lab_page_is_shown(path):
+    """Each picture of the lab guide (``![...](...-en.png)``) is displayed by its notebook, in the
+    notebook's language (``f"{name}-{LANG}.png"``)."""
+    guide = ROOT / "lab" / f"{path.name.split('.')[0]}.md"
+    figures = {Path(f).name for f in PAGE_FIGURE.findall(guide.read_text(encoding="utf-8"))}
+    code = "\n".join(c.source for c in read(path).cells if c.cell_type == "code")
+    assert figures and "{LANG}.png" in code
+    missing = sorted(f for f in figures if f'"{f}' not in code)
+    assert not missing, f"figures of {guide.name} that {path.name} does not show: {missing}"
+
+
 # ----------------------------------------------------------------------------------------------
 # Running them
 

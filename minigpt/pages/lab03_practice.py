@@ -154,7 +154,7 @@ LABELS = {
         "file": "archivo",
         "read": "leído con tamaño del mundo {w}, comparado con",
         "diff": r"máx. \|diferencia\|",
-        "logits": "logits de la ejecución que guardó (lote de prueba)",
+        "logits": "logits de la ejecución que guardó (lote sonda)",
         "weights": "pesos del state dict completo ({n} tensores)",
         "adamw": "estado de AdamW del state dict completo",
         "index": "`.metadata` indexa {tensors} tensores guardados en {pieces} trozos (un trozo: el fragmento que "
