@@ -121,6 +121,8 @@ def test_the_readme_quotes_the_committed_lab01_run(readme):
         f"({report['tutor_correct']}/{report['tutor_total']} held-out test sentences)"
     ) in text
     assert "lab/01_ddp.py --check" in text
+    avx2 = result("01-check-adamw-avx2-cpu.json")  # what a CPU without AVX-512 prints instead
+    assert f"`{avx2['max_logit_drift']:.2e}` " in text and f"`{100 * avx2['tutor_accuracy']:.1f}%`" in text
 
 
 def test_the_prose_numbers_are_the_measured_ones(pages):
@@ -267,6 +269,24 @@ def test_the_drift_numbers_are_the_measured_ones(pages):
         steps = sorted(r["trajectory_first_step_above_tolerance"] for r in kernel[config])
         assert f"{name}: steps {steps[0]} to {steps[-1]}" in pages["en"], (config, steps)
         assert f"{name}: pasos {steps[0]} a {steps[-1]}" in pages["es"], (config, steps)
+
+
+def test_a_real_avx2_cpu_measured_the_avx2_kernel_sets_bits(pages):
+    """Section 7: the default check on a CPU without AVX-512, no kernel-set variable set, measured what
+    the avx2 kernel set measured on the AVX-512 machine: the same drift to the bit, at the same step,
+    and the same tutor sentences; the page quotes both runs' numbers."""
+    real = result("01-check-adamw-avx2-cpu.json")
+    assert real["cpu_capability"] == "AVX2" and not any(real["kernel_set_variables"].values())
+    (row,) = [r for r in result("01-kernel-sets-adamw-cpu.json")["rows"] if r["kernel_set"] == "avx2"]
+    assert real["max_logit_drift"] == row["max_step_drift"] and real["fp32_worst_step"] == row["worst_step"]
+    assert real["tutor_correct"] / real["tutor_total"] == row["tutor_accuracy"]
+    assert real["max_logit_drift"] != result("01-check-adamw-cpu.json")["max_logit_drift"]  # not the README's
+    flat = {lang: " ".join(text.split()) for lang, text in pages.items()}
+    drift, step = repr(real["max_logit_drift"]).replace("e-07", "e-7"), real["fp32_worst_step"]
+    assert f"({drift}), at the same step, {step}, and the same {real['tutor_correct']:,} sentences" in flat["en"]
+    assert f"({es(drift)}), en el mismo paso, el {step}, y las mismas {real['tutor_correct']} frases" in flat["es"]
+    printed = f"max logit drift {real['max_logit_drift']:.2e}"
+    assert f"`{printed}`" in flat["en"] and f"`{printed}`" in flat["es"]
 
 
 def test_accumulation_is_the_two_rank_run_bit_for_bit(pages):
