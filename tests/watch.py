@@ -7,7 +7,8 @@
 * :class:`BufferWrites` counts the operations that write into one buffer something read from
   outside it: the copies into a bucket, not the bucket divided in place.
 
-Both patch or watch for the duration of the block only, and change no result.
+Both watch for the duration of the block only (:func:`minigpt.parallel.calls.intercepted`, a
+dispatch mode), and change no result.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from minigpt.parallel import calls
 
 COLLECTIVES = (
     "all_gather",
@@ -48,23 +50,13 @@ COLLECTIVES = (
 def collectives() -> Iterator[list[tuple[str, list[int]]]]:
     """Every ``torch.distributed`` communication called inside the block (as ``dist.<name>``), in
     order: ``(name, [elements of each tensor passed by position])``."""
-    calls: list[tuple[str, list[int]]] = []
-    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    seen: list[tuple[str, list[int]]] = []
 
-    def counted(name: str, real):
-        def call(*args, **kwargs):
-            calls.append((name, [a.numel() for a in args if isinstance(a, torch.Tensor)]))
-            return real(*args, **kwargs)
+    def note(name: str, args: tuple, kwargs: dict) -> None:
+        seen.append((name, [a.numel() for a in args if isinstance(a, torch.Tensor)]))
 
-        return call
-
-    for name, real in saved.items():
-        setattr(dist, name, counted(name, real))
-    try:
-        yield calls
-    finally:
-        for name, real in saved.items():
-            setattr(dist, name, real)
+    with calls.intercepted(COLLECTIVES, note, nested=True):
+        yield seen
 
 
 class BufferWrites(TorchDispatchMode):

@@ -28,6 +28,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 from minigpt.fsdp.practice import forward_backward, shard
 from minigpt.model import Block
+from minigpt.parallel import calls
 from minigpt.parallel.launch import DistContext
 from minigpt.train import TrainConfig, build_model, build_optimizer
 
@@ -138,25 +139,16 @@ def _dtypes_under(
         lambda module, args, out: found.update(input=_short(args[0].dtype), output=_short(out.dtype))
     )
     reduced: set[str] = set()
-    originals = {n: getattr(dist, n) for n in REDUCE_SCATTERS if hasattr(dist, n)}
 
-    def recording(original):
-        def call(*args, **kwargs):
-            reduced.update(_short(a.dtype) for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor))
-            return original(*args, **kwargs)
+    def note(name: str, args: tuple, kwargs: dict) -> None:
+        reduced.update(_short(t.dtype) for t in calls.tensors(args, kwargs))
 
-        return call
-
-    for n, original in originals.items():
-        setattr(dist, n, recording(original))
     try:
-        with torch.autocast(ctx.device.type, dtype=autocast, enabled=autocast is not None):
-            forward_backward(model, 0, cfg, ctx)
+        with calls.intercepted(REDUCE_SCATTERS, note, nested=True):
+            with torch.autocast(ctx.device.type, dtype=autocast, enabled=autocast is not None):
+                forward_backward(model, 0, cfg, ctx)
     except RuntimeError as exc:  # a LayerNorm given autocast's dtype with weights in the policy's
         found["error"] = _first_line(exc)
-    finally:
-        for n, original in originals.items():
-            setattr(dist, n, original)
     grad = model.get_submodule(PROBE).weight.grad
     return {**found, "reduce": ",".join(sorted(reduced)), "grad": _short(grad.dtype) if grad is not None else ""}
 

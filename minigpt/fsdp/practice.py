@@ -30,8 +30,8 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 
 import torch
@@ -42,7 +42,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from minigpt import grammar
 from minigpt.fsdp.memory import PeakMemory, local_tensor, model_state_bytes
 from minigpt.model import MiniGPT
-from minigpt.parallel import equivalence
+from minigpt.parallel import calls, equivalence
 from minigpt.parallel.launch import DistContext
 from minigpt.train import TrainConfig, build_model, build_optimizer, lr_at
 
@@ -192,7 +192,7 @@ COUNTED = ("all_gather_single", "reduce_scatter_single", "all_gather_into_tensor
 
 class CollectiveCounter:
     """Counts the calls (and the bytes on this rank's side) of the ``torch.distributed``
-    collectives FSDP2 uses, by replacing them in the module for the duration of a ``with``.
+    collectives FSDP2 uses, for the duration of a ``with`` (:func:`minigpt.parallel.calls.intercepted`).
 
     FSDP2 calls ``dist.all_gather_single`` and ``dist.reduce_scatter_single`` (older versions:
     ``all_gather_into_tensor`` / ``reduce_scatter_tensor``). A call made from inside another
@@ -204,32 +204,18 @@ class CollectiveCounter:
     def __init__(self) -> None:
         self.calls = {name: 0 for name in COUNTED}
         self.bytes = {name: 0 for name in COUNTED}
-        self._originals: dict[str, Callable] = {}
-        self._depth = 0
+        self._block = ExitStack()
 
-    def _counting(self, name: str, original: Callable) -> Callable:
-        def counted(*args, **kwargs):
-            if self._depth == 0:
-                tensors = [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
-                self.calls[name] += 1
-                self.bytes[name] += max((t.numel() * t.element_size() for t in tensors), default=0)
-            self._depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._depth -= 1
-
-        return counted
+    def _note(self, name: str, args: tuple, kwargs: dict) -> None:
+        self.calls[name] += 1
+        self.bytes[name] += calls.largest_bytes(args, kwargs)
 
     def __enter__(self) -> CollectiveCounter:
-        for name in COUNTED:
-            self._originals[name] = getattr(dist, name)
-            setattr(dist, name, self._counting(name, self._originals[name]))
+        self._block.enter_context(calls.intercepted(COUNTED, self._note))
         return self
 
     def __exit__(self, *exc) -> None:
-        for name, original in self._originals.items():
-            setattr(dist, name, original)
+        self._block.close()
 
     def summary(self) -> dict[str, int]:
         return {

@@ -11,20 +11,22 @@ and the ``replicate`` groups hold copies. What FSDP2 calls, read in the installe
   unit's padded gradient, then (``foreach_reduce``, HSDP only) ``dist.all_reduce`` of the reduced
   shard (padded size / S) over the replicate group.
 
-:class:`MeshCollectiveCounter` wraps those ``torch.distributed`` functions for the duration of a
-``with`` and files each call under the mesh dimension whose group it ran on;
+:class:`MeshCollectiveCounter` sees those ``torch.distributed`` calls for the duration of a ``with``
+(:func:`minigpt.parallel.calls.intercepted`) and files each under the mesh dimension whose group it ran on;
 :func:`bytes_sent_per_dim` turns the buffers into what a ring sends: (S-1)/S of an all-gather's
 output or a reduce-scatter's input, 2(R-1)/R of an all-reduce's buffer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from contextlib import ExitStack
 from fractions import Fraction
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from minigpt.parallel import calls
 
 # the torch.distributed functions FSDP2 uses (the older *_tensor names too) and what each one is
 OPS = {
@@ -56,40 +58,22 @@ class MeshCollectiveCounter:
         self._dims = {group_ranks(g): name for name, g in dims.items()}
         self.calls: dict[tuple[str, str], int] = {}
         self.bytes: dict[tuple[str, str], int] = {}
-        self._originals: dict[str, Callable] = {}
-        self._depth = 0
+        self._block = ExitStack()
 
     def dim_of(self, group: dist.ProcessGroup | None) -> str:
         return self._dims.get(group_ranks(group), "other")
 
-    def _counting(self, name: str, original: Callable) -> Callable:
-        def counted(*args, **kwargs):
-            if self._depth == 0:
-                tensors = [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
-                group = kwargs.get("group")
-                if group is None:
-                    group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-                key = (OPS[name], self.dim_of(group))
-                self.calls[key] = self.calls.get(key, 0) + 1
-                size = max((t.numel() * t.element_size() for t in tensors), default=0)
-                self.bytes[key] = self.bytes.get(key, 0) + size
-            self._depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._depth -= 1
-
-        return counted
+    def _note(self, name: str, args: tuple, kwargs: dict) -> None:
+        key = (OPS[name], self.dim_of(calls.group_of(args, kwargs)))
+        self.calls[key] = self.calls.get(key, 0) + 1
+        self.bytes[key] = self.bytes.get(key, 0) + calls.largest_bytes(args, kwargs)
 
     def __enter__(self) -> MeshCollectiveCounter:
-        for name in OPS:
-            self._originals[name] = getattr(dist, name)
-            setattr(dist, name, self._counting(name, self._originals[name]))
+        self._block.enter_context(calls.intercepted(OPS, self._note))
         return self
 
     def __exit__(self, *exc) -> None:
-        for name, original in self._originals.items():
-            setattr(dist, name, original)
+        self._block.close()
 
     def summary(self) -> dict[str, dict[str, int]]:
         """``{"op on dim": {"calls": n, "bytes": b}}``, e.g. ``"all-gather on shard"``."""
