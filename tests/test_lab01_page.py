@@ -125,6 +125,22 @@ def test_the_readme_quotes_the_committed_lab01_run(readme):
     assert f"`{avx2['max_logit_drift']:.2e}` " in text and f"`{100 * avx2['tutor_accuracy']:.1f}%`" in text
 
 
+def test_the_timeline_bullet_is_the_committed_timeline(pages):
+    """Section 10: every bucket's all-reduce is still travelling when backward's first gradient of the
+    next bucket is ready; the last two (bucket 2's and the embedding's) are in flight together; and
+    backward ends after the last one."""
+    timeline = result("01-benchmark-cpu.json")["timeline"]
+    buckets = timeline["buckets"]
+    assert [b["bucket"] for b in buckets] == [0, 1, 2, 3]
+    for this, following in zip(buckets, buckets[1:]):
+        assert this["done_s"] > following["first_ready_s"], (this, following)
+    assert buckets[2]["done_s"] > buckets[3]["launched_s"]
+    assert buckets[3]["done_s"] <= timeline["backward_end_s"]
+    flat = {lang: " ".join(text.split()) for lang, text in pages.items()}
+    assert "bucket 2's all-reduce is still on its way and the small last one starts beside it" in flat["en"]
+    assert "el all-reduce del bucket 2 sigue en camino y el último, pequeño, empieza a su lado" in flat["es"]
+
+
 def test_the_prose_numbers_are_the_measured_ones(pages):
     """The sentences around the tables restate a few measured numbers: each one is recomputed here."""
     import statistics

@@ -266,7 +266,8 @@ def test_young_interval():
 
 def test_tensor_parallel_on_each_link_against_the_layers_computation():
     """Theory 02: one layer of the 7B example computes in 1.55 ms on 8 GPUs at 400 TFLOP/s; its four
-    all-reduces take less over NVLink and six times more over PCIe or InfiniBand HDR."""
+    all-reduces take less over NVLink, six times more over PCIe or InfiniBand HDR and over a hundred
+    times more over 10 Gb/s Ethernet."""
     from minigpt.pages import theory
     from minigpt.pages.lab01_links import PAPER_LINKS
     from minigpt.parallel.links import ring_all_reduce_seconds
@@ -279,6 +280,7 @@ def test_tensor_parallel_on_each_link_against_the_layers_computation():
     }
     assert ratio["NVLink 4 (H100), per GPU"] < 1
     assert 5.5 < ratio["PCIe 4.0 x16"] < 6.5 and 5.5 < ratio["InfiniBand HDR, 200 Gb/s"] < 6.5
+    assert 100 < ratio["10 Gb/s Ethernet (TCP)"] < 1000
     assert f"{ratio['PCIe 4.0 x16']:.2f} ×" in theory.tp_links("en")
 
 
