@@ -301,6 +301,7 @@ def test_a_real_avx2_cpu_measured_the_avx2_kernel_sets_bits(pages):
     drift, step = repr(real["max_logit_drift"]).replace("e-07", "e-7"), real["fp32_worst_step"]
     assert f"({drift}), at the same step, {step}, and the same {real['tutor_correct']:,} sentences" in flat["en"]
     assert f"({es(drift)}), en el mismo paso, el {step}, y las mismas {real['tutor_correct']} frases" in flat["es"]
+    assert f"2 cores, {real['date']}) ran `make demo`" in flat["en"] and f"2 núcleos, {real['date']})" in flat["es"]
     printed = f"max logit drift {real['max_logit_drift']:.2e}"
     assert f"`{printed}`" in flat["en"] and f"`{printed}`" in flat["es"]
 

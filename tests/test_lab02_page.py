@@ -140,6 +140,22 @@ THEORY = {
 }
 
 
+def test_zero2_at_the_end_of_forward_is_ten_psi(pages):
+    """Section 8's bullet: at the end of forward ZeRO-2 (FSDP2 without resharding) holds every weight
+    gathered (4 Psi) and no gradient shard yet (2 Psi less than after the step): 10 Psi in all."""
+    for size in SHARDING["sizes"].values():
+        kinds, psi = size["stages"]["fsdp2-no-reshard"]["model_states_by_kind"], size["params"]
+        forward, after = kinds["end_of_forward"], kinds["after_step"]
+        assert round(forward["gathered"] / psi) == 4 and forward["gradients"] == 0
+        assert round(after["gradients"] / psi) == 2 and round(forward["total"] / psi) == 10
+        assert round(after["total"] / psi) == 8
+    flat = {lang: " ".join(text.split()) for lang, text in pages.items()}
+    assert r"($2\Psi$ less), ZeRO-2 also holds every weight gathered ($4\Psi$ more: $10\Psi$ in all)" in flat["en"]
+    assert (
+        r"($2\Psi$ menos), ZeRO-2 guarda además todos los pesos reunidos ($4\Psi$ más: $10\Psi$ en total)" in flat["es"]
+    )
+
+
 def test_the_sharding_measurement_is_the_model_to_the_byte():
     """The committed run: every byte rank 0 sent and held, at each width and stage, is what the
     ZeRO model's terms say (written out in tests/test_lab02_crosscheck.py), and rank 1 matched its own."""

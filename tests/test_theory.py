@@ -782,3 +782,16 @@ def test_page_03_leaves_the_root_at_fsdp2_s_default(lang):
     text = _prose("03-fsdp-in-practice", lang)
     assert "`FSDPBlock`" in text and "`FSDPMiniGPT`" in text
     assert "appears as a wrapper" not in text and "aparece como un envoltorio" not in text
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_checkpointed_step_is_quoted_after_the_plain_one(lang):
+    """Page 03: the step's medians go from the plain run to the checkpointed one, as its peaks do."""
+    from minigpt.pages import theory as T
+
+    practice = json.loads((ROOT / "lab/results/03-practice-cpu.json").read_text(encoding="utf-8"))
+    runs = practice["activation-checkpointing"]["variants"]
+    plain, ckpt = (T.num(1000 * runs[v]["median_step_s"], lang, 1) + " ms" for v in ("plain", "checkpointed"))
+    assert runs["checkpointed"]["median_step_s"] > runs["plain"]["median_step_s"]
+    phrase = f"{plain} to {ckpt}" if lang == "en" else f"de {plain} a {ckpt}"
+    assert phrase in _prose("03-fsdp-in-practice", lang), phrase
